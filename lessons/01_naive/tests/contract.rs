@@ -1,0 +1,37 @@
+//! Lesson 01 against the f64 oracle and the shared contract.
+
+use proptest::prelude::*;
+use reference::Tolerance;
+use reference::checks::{
+    check_against_oracle, check_heads_independent, check_lse_at_least_row_max,
+    check_rejects_bad_inputs,
+};
+use reference::strategies::{ShapeLimits, cases, config};
+
+proptest! {
+    #![proptest_config(config(128))]
+
+    #[test]
+    fn matches_the_oracle(case in cases(ShapeLimits::CPU)) {
+        check_against_oracle(&lesson01::attention, &case, Tolerance::F32_CPU).map_err(TestCaseError::fail)?;
+    }
+
+    #[test]
+    fn logsumexp_is_at_least_the_row_max(case in cases(ShapeLimits::CPU)) {
+        check_lse_at_least_row_max(&lesson01::attention, &case).map_err(TestCaseError::fail)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(config(32))]
+
+    #[test]
+    fn heads_and_batches_are_independent(case in cases(ShapeLimits { seq: 64, ..ShapeLimits::CPU })) {
+        check_heads_independent(&lesson01::attention, &case).map_err(TestCaseError::fail)?;
+    }
+}
+
+#[test]
+fn rejects_bad_inputs_with_clear_errors() {
+    check_rejects_bad_inputs(&lesson01::attention).unwrap();
+}

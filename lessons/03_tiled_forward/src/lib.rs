@@ -1,0 +1,270 @@
+//! # Lesson 03 — tiled FlashAttention forward on the CPU
+//!
+//! FlashAttention-2's loop order: the **outer** loop walks over tiles of `Br` query rows, the
+//! **inner** loop over tiles of `Bc` keys and values. For one query tile it keeps, per row,
+//! the running maximum `m`, the running sum `l` and an unnormalised output `acc` (`Br x D`),
+//! and for each key tile:
+//!
+//! $$ S = \mathrm{scale}\cdot Q_t K_t^\top,\quad m' = \max(m, \mathrm{rowmax}(S)),\quad
+//!    P = e^{S - m'},$$
+//! $$ l \leftarrow l\,e^{m - m'} + \mathrm{rowsum}(P),\quad
+//!    acc \leftarrow acc\,e^{m - m'} + P V_t,\quad m \leftarrow m' . $$
+//!
+//! After the last key tile, `O = acc / l` (normalised once) and `L = m + ln l`. This is the
+//! merge of lesson 02 applied to whole tiles. The working memory is `S`/`P` for one tile pair
+//! (`Br x Bc`) plus `acc`, `m`, `l` (`Br x (D + 2)`): it does not grow with `N`.
+//!
+//! With `causal`, key tiles that lie entirely in the future of every row of the query tile are
+//! never visited, and the mask is applied only to tiles that straddle the diagonal.
+
+use ndarray::linalg::general_mat_mul;
+use ndarray::{Array1, Array2, ArrayView2, ArrayViewMut1, ArrayViewMut2, s};
+use reference::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
+
+/// Tile sizes: `Br` query rows per outer tile and `Bc` keys per inner tile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TileSizes {
+    query_rows: usize,
+    key_cols: usize,
+}
+
+impl TileSizes {
+    /// Tiles of `query_rows` (`Br`) by `key_cols` (`Bc`); both must be at least 1. They need not
+    /// divide the sequence lengths: the last tile of each loop is simply shorter.
+    pub fn new(query_rows: usize, key_cols: usize) -> Result<Self, AttentionError> {
+        if query_rows == 0 {
+            return Err(AttentionError::InvalidTileSize {
+                which: "query rows (Br)",
+                value: query_rows,
+            });
+        }
+        if key_cols == 0 {
+            return Err(AttentionError::InvalidTileSize {
+                which: "key columns (Bc)",
+                value: key_cols,
+            });
+        }
+        Ok(Self { query_rows, key_cols })
+    }
+
+    /// `Br`
+    pub fn query_rows(&self) -> usize {
+        self.query_rows
+    }
+
+    /// `Bc`
+    pub fn key_cols(&self) -> usize {
+        self.key_cols
+    }
+}
+
+impl Default for TileSizes {
+    /// 64 x 64: a tile of S is 16 KiB in f32, so S, Q, K, V tiles fit a typical 48 KiB L1 cache
+    /// together for D up to about 32, and L2 for any D in the course.
+    fn default() -> Self {
+        Self { query_rows: 64, key_cols: 64 }
+    }
+}
+
+// ANCHOR: attention
+/// Tiled FlashAttention-2 forward: `q [B,H,Nq,D]`, `k [B,H,Nkv,D]`, `v [B,H,Nkv,D]` ->
+/// `O [B,H,Nq,D]`, `L [B,H,Nq]`, without ever holding more than one `Br x Bc` tile of scores.
+pub fn attention(
+    q: &ndarray::Array4<f32>,
+    k: &ndarray::Array4<f32>,
+    v: &ndarray::Array4<f32>,
+    options: &AttentionOptions,
+    tiles: TileSizes,
+) -> Result<AttentionOutput<f32>, AttentionError> {
+    let shape = AttentionShape::of(q, k, v)?;
+    let scale = options.scale_for(shape.head_dim)?;
+    let mut out = AttentionOutput::empty(&shape);
+
+    for b in 0..shape.batch {
+        for h in 0..shape.heads {
+            // Outer loop: one tile of Br query rows at a time (the last one may be shorter).
+            for first_row in (0..shape.q_len).step_by(tiles.query_rows) {
+                let rows = first_row..(first_row + tiles.query_rows).min(shape.q_len);
+                let query_tile = QueryTile {
+                    q: q.slice(s![b, h, rows.clone(), ..]),
+                    first_row,
+                    o: out.o.slice_mut(s![b, h, rows.clone(), ..]),
+                    lse: out.lse.slice_mut(s![b, h, rows]),
+                };
+                let k_bh = k.slice(s![b, h, .., ..]);
+                let v_bh = v.slice(s![b, h, .., ..]);
+                forward_query_tile(
+                    query_tile,
+                    k_bh,
+                    v_bh,
+                    &shape,
+                    scale,
+                    options.causal,
+                    tiles.key_cols,
+                );
+            }
+        }
+    }
+    Ok(out)
+}
+// ANCHOR_END: attention
+
+/// One tile of query rows and the parts of `O` and `L` it writes.
+struct QueryTile<'a> {
+    /// `[Br, D]`
+    q: ArrayView2<'a, f32>,
+    /// Index of the tile's first row in the whole sequence.
+    first_row: usize,
+    /// `[Br, D]`
+    o: ArrayViewMut2<'a, f32>,
+    /// `[Br]`
+    lse: ArrayViewMut1<'a, f32>,
+}
+
+// ANCHOR: query_tile
+/// The inner loop for one query tile: walk over key tiles of `Bc`, merging each into the
+/// running state, then normalise once and write `O` and `L`.
+fn forward_query_tile(
+    tile: QueryTile,
+    k: ArrayView2<f32>, // [Nkv, D] of this batch and head
+    v: ArrayView2<f32>, // [Nkv, D]
+    shape: &AttentionShape,
+    scale: f32,
+    causal: bool,
+    key_cols: usize,
+) {
+    let (rows, head_dim) = tile.q.dim();
+    let last_row = tile.first_row + rows - 1;
+    let mut state = RunningState::new(rows, head_dim);
+    let mut scores = Array2::<f32>::zeros((rows, key_cols)); // S, then P, of one tile pair
+
+    // Causal: keys the tile's last row cannot see are not visible to any row above it either,
+    // so whole key tiles past that point are skipped without being loaded.
+    let key_end = shape.visible_keys(last_row, causal);
+    for first_key in (0..key_end).step_by(key_cols) {
+        let keys = first_key..(first_key + key_cols).min(key_end);
+        let mut s = scores.slice_mut(s![.., ..keys.len()]);
+        // S = scale * Q_t K_tᵀ   [Br, Bc]
+        general_mat_mul(scale, &tile.q, &k.slice(s![keys.clone(), ..]).t(), 0.0, &mut s);
+        // Only a tile that crosses the diagonal needs its future keys masked.
+        if causal && keys.end > shape.visible_keys(tile.first_row, true) {
+            mask_future_keys(&mut s, tile.first_row, first_key, shape);
+        }
+        state.update(&mut s, v.slice(s![keys, ..]));
+    }
+    state.finish(tile.o, tile.lse);
+}
+// ANCHOR_END: query_tile
+
+/// Sets `S_ij = -inf` for the keys of this tile that row `first_row + i` may not see.
+fn mask_future_keys(
+    s: &mut ArrayViewMut2<f32>,
+    first_row: usize,
+    first_key: usize,
+    shape: &AttentionShape,
+) {
+    for (i, mut row) in s.outer_iter_mut().enumerate() {
+        let visible = shape.visible_keys(first_row + i, true);
+        let first_hidden = visible.saturating_sub(first_key).min(row.len());
+        row.slice_mut(s![first_hidden..]).fill(f32::NEG_INFINITY);
+    }
+}
+
+// ANCHOR: running_state
+/// Per query row of a tile: the running max `m`, running sum `l`, and unnormalised output
+/// `acc = sum_j e^(S_j - m) V_j` over the key tiles merged so far.
+struct RunningState {
+    max: Array1<f32>, // m   [Br]
+    sum: Array1<f32>, // l   [Br]
+    acc: Array2<f32>, // acc [Br, D]
+}
+
+impl RunningState {
+    fn new(rows: usize, head_dim: usize) -> Self {
+        Self {
+            max: Array1::from_elem(rows, f32::NEG_INFINITY),
+            sum: Array1::zeros(rows),
+            acc: Array2::zeros((rows, head_dim)),
+        }
+    }
+
+    /// Merges one key tile: `s` holds `S [Br, Bc]` and is overwritten with `P`; `v` is
+    /// `V_t [Bc, D]`.
+    fn update(&mut self, s: &mut ArrayViewMut2<f32>, v: ArrayView2<f32>) {
+        for (r, mut row) in s.outer_iter_mut().enumerate() {
+            let tile_max = row.fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+            let new_max = self.max[r].max(tile_max);
+            if new_max == f32::NEG_INFINITY {
+                row.fill(0.0); // this row sees no key yet: P = 0 (e^(-inf - -inf) would be NaN)
+                continue;
+            }
+            let correction = (self.max[r] - new_max).exp(); // e^(m - m'); 0 on the first tile
+            row.mapv_inplace(|x| (x - new_max).exp()); // P = e^(S - m')
+            self.sum[r] = self.sum[r] * correction + row.sum();
+            self.acc.row_mut(r).mapv_inplace(|a| a * correction);
+            self.max[r] = new_max;
+        }
+        // acc += P V_t   [Br, Bc] x [Bc, D]
+        general_mat_mul(1.0, &s.view(), &v, 1.0, &mut self.acc);
+    }
+
+    /// `O = acc / l` and `L = m + ln l`, once, after the last key tile. A row that saw no key
+    /// keeps `O = 0` and `L = -inf`.
+    fn finish(self, mut o: ArrayViewMut2<f32>, mut lse: ArrayViewMut1<f32>) {
+        for r in 0..self.sum.len() {
+            if self.sum[r] > 0.0 {
+                let normalised = &self.acc.row(r) / self.sum[r];
+                o.row_mut(r).assign(&normalised);
+                lse[r] = self.max[r] + self.sum[r].ln();
+            }
+        }
+    }
+}
+// ANCHOR_END: running_state
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tile_sizes_must_be_positive() {
+        assert_eq!(
+            TileSizes::new(0, 4),
+            Err(AttentionError::InvalidTileSize { which: "query rows (Br)", value: 0 })
+        );
+        assert_eq!(
+            TileSizes::new(4, 0),
+            Err(AttentionError::InvalidTileSize { which: "key columns (Bc)", value: 0 })
+        );
+        let t = TileSizes::new(3, 5).unwrap();
+        assert_eq!((t.query_rows(), t.key_cols()), (3, 5));
+    }
+
+    #[test]
+    fn diagonal_tile_masks_only_future_keys() {
+        // Nq = Nkv = 4, tile rows 2..4 against keys 2..4: row 2 sees key 2, row 3 sees 2 and 3.
+        let shape = AttentionShape { batch: 1, heads: 1, q_len: 4, kv_len: 4, head_dim: 1 };
+        let mut s = Array2::<f32>::zeros((2, 2));
+        mask_future_keys(&mut s.view_mut(), 2, 2, &shape);
+        assert_eq!(s, ndarray::array![[0.0, f32::NEG_INFINITY], [0.0, 0.0]]);
+    }
+
+    #[test]
+    fn a_larger_later_score_rescales_what_came_before() {
+        // One row, two key tiles of one key each: scores 0 then 2, values 1 then 3.
+        let mut state = RunningState::new(1, 1);
+        state.update(
+            &mut Array2::from_elem((1, 1), 0.0).view_mut(),
+            Array2::from_elem((1, 1), 1.0).view(),
+        );
+        state.update(
+            &mut Array2::from_elem((1, 1), 2.0).view_mut(),
+            Array2::from_elem((1, 1), 3.0).view(),
+        );
+        let (mut o, mut lse) = (Array2::zeros((1, 1)), Array1::zeros(1));
+        state.finish(o.view_mut(), lse.view_mut());
+        let (w0, w1) = (1.0 / (1.0 + 2f32.exp()), 2f32.exp() / (1.0 + 2f32.exp()));
+        assert!((o[[0, 0]] - (w0 * 1.0 + w1 * 3.0)).abs() < 1e-6);
+        assert!((lse[0] - (1.0 + 2f32.exp()).ln()).abs() < 1e-6);
+    }
+}

@@ -1,0 +1,79 @@
+//! Lesson 03 against the f64 oracle and the shared contract, over random shapes *and* random
+//! tile sizes (1, sizes that do not divide N, and tiles larger than N).
+
+use lesson03::{TileSizes, attention};
+use ndarray::Array4;
+use proptest::prelude::*;
+use reference::checks::{
+    Forward, check_against_oracle, check_heads_independent, check_lse_at_least_row_max,
+    check_rejects_bad_inputs, run,
+};
+use reference::strategies::{ShapeLimits, cases, config, tile_size};
+use reference::{AttentionOptions, Tolerance, check_output};
+
+/// Lesson 03 with fixed tiles, in the shape every stage shares.
+fn with_tiles(tiles: TileSizes) -> impl Forward {
+    move |q: &Array4<f32>, k: &Array4<f32>, v: &Array4<f32>, o: &AttentionOptions| {
+        attention(q, k, v, o, tiles)
+    }
+}
+
+fn tiles() -> impl Strategy<Value = TileSizes> {
+    (tile_size(300), tile_size(300)).prop_map(|(br, bc)| TileSizes::new(br, bc).unwrap())
+}
+
+proptest! {
+    #![proptest_config(config(256))]
+
+    #[test]
+    fn matches_the_oracle_for_any_tile_sizes(case in cases(ShapeLimits::CPU), tiles in tiles()) {
+        check_against_oracle(&with_tiles(tiles), &case, Tolerance::F32_CPU).map_err(TestCaseError::fail)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(config(128))]
+
+    #[test]
+    fn output_does_not_depend_on_tile_sizes(case in cases(ShapeLimits::CPU), a in tiles(), b in tiles()) {
+        let p = case.problem();
+        let (out_a, out_b) = (run(&with_tiles(a), &p).unwrap(), run(&with_tiles(b), &p).unwrap());
+        // Tiles change only the order of f32 sums, so the two agree far more closely than
+        // either agrees with an implementation that is wrong.
+        let as_f64 = reference::AttentionOutput { o: out_b.o.mapv(f64::from), lse: out_b.lse.mapv(f64::from) };
+        let tol = Tolerance::F32_CPU.for_logits(reference::checks::logit_bound(&p));
+        check_output(&out_a, &as_f64, tol).map_err(|e| TestCaseError::fail(format!("{case:?} {a:?} vs {b:?}\n{e}")))?;
+    }
+
+    #[test]
+    fn logsumexp_is_at_least_the_row_max(case in cases(ShapeLimits::CPU), tiles in tiles()) {
+        check_lse_at_least_row_max(&with_tiles(tiles), &case).map_err(TestCaseError::fail)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(config(32))]
+
+    #[test]
+    fn heads_and_batches_are_independent(case in cases(ShapeLimits { seq: 64, ..ShapeLimits::CPU }), tiles in tiles()) {
+        check_heads_independent(&with_tiles(tiles), &case).map_err(TestCaseError::fail)?;
+    }
+}
+
+#[test]
+fn rejects_bad_inputs_with_clear_errors() {
+    check_rejects_bad_inputs(&with_tiles(TileSizes::default())).unwrap();
+    check_rejects_bad_inputs(&with_tiles(TileSizes::new(1, 3).unwrap())).unwrap();
+}
+
+#[test]
+fn error_messages_say_what_was_expected() {
+    let err = TileSizes::new(0, 8).unwrap_err().to_string();
+    assert_eq!(err, "tile size for query rows (Br) is 0; expected at least 1");
+    let q = Array4::<f32>::zeros((1, 2, 3, 4));
+    let k = Array4::<f32>::zeros((1, 2, 5, 8));
+    let err = attention(&q, &k, &k, &AttentionOptions::new(), TileSizes::default())
+        .unwrap_err()
+        .to_string();
+    assert!(err.starts_with("K has head_dim = 8 but Q has head_dim = 4"), "{err}");
+}

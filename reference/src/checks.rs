@@ -1,0 +1,226 @@
+//! Test bodies shared by every forward implementation of the course.
+//!
+//! One body, every stage: each lesson's tests call these with its own `attention` function, so
+//! the contract is checked the same way everywhere (the idea of candle's `test_device!`).
+//! Each check returns `Err` with a message that names the case, so it works inside `proptest!`
+//! (`check(...).map_err(TestCaseError::fail)?`) and in plain tests (`.unwrap()`).
+
+use ndarray::{Array4, s};
+
+use crate::strategies::Case;
+use crate::{
+    AttentionError, AttentionOptions, AttentionOutput, Problem, Tolerance, check_output, oracle,
+};
+
+/// The signature every forward implementation has (extra parameters, such as tile sizes, are
+/// bound by a closure).
+pub trait Forward:
+    Fn(
+    &Array4<f32>,
+    &Array4<f32>,
+    &Array4<f32>,
+    &AttentionOptions,
+) -> Result<AttentionOutput<f32>, AttentionError>
+{
+}
+
+impl<F> Forward for F where
+    F: Fn(
+        &Array4<f32>,
+        &Array4<f32>,
+        &Array4<f32>,
+        &AttentionOptions,
+    ) -> Result<AttentionOutput<f32>, AttentionError>
+{
+}
+
+/// Runs `forward` on a problem.
+pub fn run(forward: &impl Forward, p: &Problem) -> Result<AttentionOutput<f32>, AttentionError> {
+    forward(&p.q, &p.k, &p.v, &p.options)
+}
+
+/// A bound on the size of any logit of `p`: `scale * max_i |q_i| * max_j |k_j|`.
+///
+/// By Cauchy–Schwarz it also bounds `scale * sum_d |q_id k_jd|`, the quantity that sets the
+/// rounding error of every f32 dot product `q_i . k_j`.
+pub fn logit_bound(p: &Problem) -> f64 {
+    let max_norm = |x: &Array4<f32>| {
+        x.rows()
+            .into_iter()
+            .map(|r| r.iter().map(|&a| f64::from(a).powi(2)).sum::<f64>().sqrt())
+            .fold(0.0, f64::max)
+    };
+    let scale = f64::from(p.options.scale_for(p.q.dim().3).unwrap_or(1.0));
+    scale.abs() * max_norm(&p.q) * max_norm(&p.k)
+}
+
+/// `forward` agrees with the f64 oracle on the case's problem, within `tolerance` grown by the
+/// problem's [`logit_bound`] (see [`Tolerance::for_logits`]).
+pub fn check_against_oracle(
+    forward: &impl Forward,
+    case: &Case,
+    tolerance: Tolerance,
+) -> Result<(), String> {
+    let p = case.problem();
+    let expected = oracle::attention(&p.q, &p.k, &p.v, &p.options).map_err(|e| e.to_string())?;
+    let actual = run(forward, &p).map_err(|e| format!("{case:?}: returned an error: {e}"))?;
+    check_output(&actual, &expected, tolerance.for_logits(logit_bound(&p)))
+        .map(|_| ())
+        .map_err(|e| format!("{case:?}\n{e}"))
+}
+
+/// Every `(batch, head)` slice is computed on its own: running one slice alone gives exactly
+/// the numbers it gets inside the whole batch.
+pub fn check_heads_independent(forward: &impl Forward, case: &Case) -> Result<(), String> {
+    let p = case.problem();
+    let whole = run(forward, &p).map_err(|e| format!("{case:?}: returned an error: {e}"))?;
+    let (batch, heads, _, _) = p.q.dim();
+    for b in 0..batch {
+        for h in 0..heads {
+            let one = |x: &Array4<f32>| x.slice(s![b..=b, h..=h, .., ..]).to_owned();
+            let alone = forward(&one(&p.q), &one(&p.k), &one(&p.v), &p.options)
+                .map_err(|e| e.to_string())?;
+            if alone.o.slice(s![0, 0, .., ..]) != whole.o.slice(s![b, h, .., ..])
+                || alone.lse.slice(s![0, 0, ..]) != whole.lse.slice(s![b, h, ..])
+            {
+                return Err(format!("{case:?}: batch {b}, head {h} differs when computed alone"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `L_i >= max_j S_ij`: the logsumexp of a row is never below its largest visible score
+/// (up to f32 rounding of the scores).
+pub fn check_lse_at_least_row_max(forward: &impl Forward, case: &Case) -> Result<(), String> {
+    let p = case.problem();
+    let out = run(forward, &p).map_err(|e| format!("{case:?}: returned an error: {e}"))?;
+    let maxima = oracle::row_max_scores(&p.q, &p.k, &p.v, &p.options).map_err(|e| e.to_string())?;
+    let slack = 1e-6 * logit_bound(&p).max(1.0);
+    for ((index, &lse), &max) in out.lse.indexed_iter().zip(maxima.iter()) {
+        let ok = if max == f64::NEG_INFINITY {
+            lse == f32::NEG_INFINITY
+        } else {
+            f64::from(lse) >= max - slack
+        };
+        if !ok {
+            return Err(format!(
+                "{case:?}: L{index:?} = {lse} but the row's largest score is {max}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Bad shapes and options are rejected with the right [`AttentionError`], not a panic.
+pub fn check_rejects_bad_inputs(forward: &impl Forward) -> Result<(), String> {
+    use AttentionError::*;
+    let zeros = |shape: (usize, usize, usize, usize)| Array4::<f32>::zeros(shape);
+    let ok = AttentionOptions::new();
+    let mismatch = |tensor, against, axis, expected, found| ShapeMismatch {
+        tensor,
+        against,
+        axis,
+        expected,
+        found,
+    };
+    let cases = [
+        (
+            "K batch differs",
+            zeros((2, 2, 3, 4)),
+            zeros((1, 2, 5, 4)),
+            zeros((1, 2, 5, 4)),
+            ok,
+            mismatch("K", "Q", "batch", 2, 1),
+        ),
+        (
+            "K heads differ",
+            zeros((1, 2, 3, 4)),
+            zeros((1, 3, 5, 4)),
+            zeros((1, 3, 5, 4)),
+            ok,
+            mismatch("K", "Q", "heads", 2, 3),
+        ),
+        (
+            "K head_dim differs",
+            zeros((1, 2, 3, 4)),
+            zeros((1, 2, 5, 8)),
+            zeros((1, 2, 5, 8)),
+            ok,
+            mismatch("K", "Q", "head_dim", 4, 8),
+        ),
+        (
+            "V length differs",
+            zeros((1, 2, 3, 4)),
+            zeros((1, 2, 5, 4)),
+            zeros((1, 2, 6, 4)),
+            ok,
+            mismatch("V", "K", "seq", 5, 6),
+        ),
+        (
+            "V head_dim differs",
+            zeros((1, 2, 3, 4)),
+            zeros((1, 2, 5, 4)),
+            zeros((1, 2, 5, 3)),
+            ok,
+            mismatch("V", "K", "head_dim", 4, 3),
+        ),
+        (
+            "empty Q",
+            zeros((1, 2, 0, 4)),
+            zeros((1, 2, 5, 4)),
+            zeros((1, 2, 5, 4)),
+            ok,
+            EmptyDimension { tensor: "Q", axis: "seq", shape: [1, 2, 0, 4] },
+        ),
+        (
+            "empty K",
+            zeros((1, 2, 3, 4)),
+            zeros((1, 2, 0, 4)),
+            zeros((1, 2, 0, 4)),
+            ok,
+            EmptyDimension { tensor: "K", axis: "seq", shape: [1, 2, 0, 4] },
+        ),
+        (
+            "zero head_dim",
+            zeros((1, 1, 3, 0)),
+            zeros((1, 1, 3, 0)),
+            zeros((1, 1, 3, 0)),
+            ok,
+            EmptyDimension { tensor: "Q", axis: "head_dim", shape: [1, 1, 3, 0] },
+        ),
+        (
+            "zero batch",
+            zeros((0, 1, 3, 2)),
+            zeros((0, 1, 3, 2)),
+            zeros((0, 1, 3, 2)),
+            ok,
+            EmptyDimension { tensor: "Q", axis: "batch", shape: [0, 1, 3, 2] },
+        ),
+        (
+            "NaN scale",
+            zeros((1, 1, 3, 2)),
+            zeros((1, 1, 3, 2)),
+            zeros((1, 1, 3, 2)),
+            ok.with_scale(f32::NAN),
+            InvalidScale(f32::NAN),
+        ),
+        (
+            "infinite scale",
+            zeros((1, 1, 3, 2)),
+            zeros((1, 1, 3, 2)),
+            zeros((1, 1, 3, 2)),
+            ok.with_scale(f32::INFINITY),
+            InvalidScale(f32::INFINITY),
+        ),
+    ];
+    for (what, q, k, v, options, expected) in cases {
+        match forward(&q, &k, &v, &options) {
+            // NaN != NaN, so compare scale errors by their text.
+            Err(e) if e.to_string() == expected.to_string() => {}
+            Err(e) => return Err(format!("{what}: expected the error `{expected}`, got `{e}`")),
+            Ok(_) => return Err(format!("{what}: expected the error `{expected}`, got a result")),
+        }
+    }
+    Ok(())
+}

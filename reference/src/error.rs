@@ -1,0 +1,71 @@
+//! The one error type every stage returns for bad input.
+
+use std::fmt;
+
+/// What was wrong with the inputs of an attention call, and what was expected instead.
+///
+/// Every stage of the course validates its inputs through [`crate::AttentionShape::of`] and
+/// returns this error instead of panicking or computing a silent wrong answer.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AttentionError {
+    /// A tensor has a dimension of size zero.
+    EmptyDimension {
+        /// `"Q"`, `"K"` or `"V"`.
+        tensor: &'static str,
+        /// The axis name, e.g. `"seq"`.
+        axis: &'static str,
+        /// The tensor's full shape.
+        shape: [usize; 4],
+    },
+    /// Two tensors disagree on an axis that must match.
+    ShapeMismatch {
+        /// The tensor whose axis is wrong (`"K"` or `"V"`).
+        tensor: &'static str,
+        /// The tensor it is compared with (`"Q"` or `"K"`).
+        against: &'static str,
+        /// The axis name, e.g. `"head_dim"`.
+        axis: &'static str,
+        /// The size the axis must have.
+        expected: usize,
+        /// The size it has.
+        found: usize,
+    },
+    /// The softmax scale is NaN or infinite.
+    InvalidScale(f32),
+    /// A tile size is zero.
+    InvalidTileSize {
+        /// Which tile size, e.g. `"query rows (Br)"`.
+        which: &'static str,
+        /// The value given.
+        value: usize,
+    },
+}
+
+impl fmt::Display for AttentionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::EmptyDimension { tensor, axis, shape } => write!(
+                f,
+                "{tensor} has an empty `{axis}` axis (shape {shape:?}); every dimension of \
+                 [batch, heads, seq, head_dim] must be at least 1"
+            ),
+            Self::ShapeMismatch { tensor, against, axis, expected, found } => write!(
+                f,
+                "{tensor} has {axis} = {found} but {against} has {axis} = {expected}; expected \
+                 Q [B, H, Nq, D], K [B, H, Nkv, D] and V [B, H, Nkv, D] with the same B, H and D \
+                 and K, V of the same length Nkv"
+            ),
+            Self::InvalidScale(scale) => {
+                write!(
+                    f,
+                    "the softmax scale is {scale}; expected a finite number such as 1/sqrt(D)"
+                )
+            }
+            Self::InvalidTileSize { which, value } => {
+                write!(f, "tile size for {which} is {value}; expected at least 1")
+            }
+        }
+    }
+}
+
+impl std::error::Error for AttentionError {}

@@ -1,0 +1,27 @@
+//! # reference — the course's ground truth
+//!
+//! * [`contract`]: the one contract every forward implementation follows (shapes, scale,
+//!   bottom-right causal mask, `O` and the logsumexp `L`) and the shape validation they share.
+//! * [`oracle`]: attention in f64, straight from the definition. Every stage is tested
+//!   against it.
+//! * [`problem`]: seeded random problems; [`strategies`]: proptest strategies over shapes,
+//!   masks, logit scales and spikes.
+//! * [`compare`]: relative Frobenius and element-wise comparison with the oracle.
+//! * [`checks`]: test bodies shared by every stage.
+//! * [`memory`]: a counting allocator that measures peak heap bytes.
+//! * [`layout`]: `[B, N, H, D]` <-> `[B, H, N, D]`.
+
+pub mod checks;
+pub mod compare;
+pub mod contract;
+pub mod error;
+pub mod layout;
+pub mod memory;
+pub mod oracle;
+pub mod problem;
+pub mod strategies;
+
+pub use compare::{Comparison, Tolerance, check_output, compare};
+pub use contract::{AttentionOptions, AttentionOutput, AttentionShape};
+pub use error::AttentionError;
+pub use problem::{Problem, ProblemSpec};

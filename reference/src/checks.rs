@@ -114,9 +114,7 @@ pub fn check_lse_at_least_row_max(forward: &impl Forward, case: &Case) -> Result
 
 /// Bad shapes and options are rejected with the right [`AttentionError`], not a panic.
 pub fn check_rejects_bad_inputs(forward: &impl Forward) -> Result<(), String> {
-    use AttentionError::*;
-    let zeros = |shape: (usize, usize, usize, usize)| Array4::<f32>::zeros(shape);
-    let ok = AttentionOptions::new();
+    use AttentionError::{EmptyDimension, InvalidScale, ShapeMismatch};
     let mismatch = |tensor, against, axis, expected, found| ShapeMismatch {
         tensor,
         against,
@@ -124,99 +122,27 @@ pub fn check_rejects_bad_inputs(forward: &impl Forward) -> Result<(), String> {
         expected,
         found,
     };
+    let empty = |tensor, axis, shape| EmptyDimension { tensor, axis, shape };
+    let plain = AttentionOptions::new();
+    #[rustfmt::skip]
     let cases = [
-        (
-            "K batch differs",
-            zeros((2, 2, 3, 4)),
-            zeros((1, 2, 5, 4)),
-            zeros((1, 2, 5, 4)),
-            ok,
-            mismatch("K", "Q", "batch", 2, 1),
-        ),
-        (
-            "K heads differ",
-            zeros((1, 2, 3, 4)),
-            zeros((1, 3, 5, 4)),
-            zeros((1, 3, 5, 4)),
-            ok,
-            mismatch("K", "Q", "heads", 2, 3),
-        ),
-        (
-            "K head_dim differs",
-            zeros((1, 2, 3, 4)),
-            zeros((1, 2, 5, 8)),
-            zeros((1, 2, 5, 8)),
-            ok,
-            mismatch("K", "Q", "head_dim", 4, 8),
-        ),
-        (
-            "V length differs",
-            zeros((1, 2, 3, 4)),
-            zeros((1, 2, 5, 4)),
-            zeros((1, 2, 6, 4)),
-            ok,
-            mismatch("V", "K", "seq", 5, 6),
-        ),
-        (
-            "V head_dim differs",
-            zeros((1, 2, 3, 4)),
-            zeros((1, 2, 5, 4)),
-            zeros((1, 2, 5, 3)),
-            ok,
-            mismatch("V", "K", "head_dim", 4, 3),
-        ),
-        (
-            "empty Q",
-            zeros((1, 2, 0, 4)),
-            zeros((1, 2, 5, 4)),
-            zeros((1, 2, 5, 4)),
-            ok,
-            EmptyDimension { tensor: "Q", axis: "seq", shape: [1, 2, 0, 4] },
-        ),
-        (
-            "empty K",
-            zeros((1, 2, 3, 4)),
-            zeros((1, 2, 0, 4)),
-            zeros((1, 2, 0, 4)),
-            ok,
-            EmptyDimension { tensor: "K", axis: "seq", shape: [1, 2, 0, 4] },
-        ),
-        (
-            "zero head_dim",
-            zeros((1, 1, 3, 0)),
-            zeros((1, 1, 3, 0)),
-            zeros((1, 1, 3, 0)),
-            ok,
-            EmptyDimension { tensor: "Q", axis: "head_dim", shape: [1, 1, 3, 0] },
-        ),
-        (
-            "zero batch",
-            zeros((0, 1, 3, 2)),
-            zeros((0, 1, 3, 2)),
-            zeros((0, 1, 3, 2)),
-            ok,
-            EmptyDimension { tensor: "Q", axis: "batch", shape: [0, 1, 3, 2] },
-        ),
-        (
-            "NaN scale",
-            zeros((1, 1, 3, 2)),
-            zeros((1, 1, 3, 2)),
-            zeros((1, 1, 3, 2)),
-            ok.with_scale(f32::NAN),
-            InvalidScale(f32::NAN),
-        ),
-        (
-            "infinite scale",
-            zeros((1, 1, 3, 2)),
-            zeros((1, 1, 3, 2)),
-            zeros((1, 1, 3, 2)),
-            ok.with_scale(f32::INFINITY),
-            InvalidScale(f32::INFINITY),
-        ),
+        // what,               Q shape,      K shape,      V shape,      options,                            expected error
+        ("K batch differs",    [2, 2, 3, 4], [1, 2, 5, 4], [1, 2, 5, 4], plain,                              mismatch("K", "Q", "batch", 2, 1)),
+        ("K heads differ",     [1, 2, 3, 4], [1, 3, 5, 4], [1, 3, 5, 4], plain,                              mismatch("K", "Q", "heads", 2, 3)),
+        ("K head_dim differs", [1, 2, 3, 4], [1, 2, 5, 8], [1, 2, 5, 8], plain,                              mismatch("K", "Q", "head_dim", 4, 8)),
+        ("V length differs",   [1, 2, 3, 4], [1, 2, 5, 4], [1, 2, 6, 4], plain,                              mismatch("V", "K", "seq", 5, 6)),
+        ("V head_dim differs", [1, 2, 3, 4], [1, 2, 5, 4], [1, 2, 5, 3], plain,                              mismatch("V", "K", "head_dim", 4, 3)),
+        ("empty Q",            [1, 2, 0, 4], [1, 2, 5, 4], [1, 2, 5, 4], plain,                              empty("Q", "seq", [1, 2, 0, 4])),
+        ("empty K and V",      [1, 2, 3, 4], [1, 2, 0, 4], [1, 2, 0, 4], plain,                              empty("K", "seq", [1, 2, 0, 4])),
+        ("zero head_dim",      [1, 1, 3, 0], [1, 1, 3, 0], [1, 1, 3, 0], plain,                              empty("Q", "head_dim", [1, 1, 3, 0])),
+        ("zero batch",         [0, 1, 3, 2], [0, 1, 3, 2], [0, 1, 3, 2], plain,                              empty("Q", "batch", [0, 1, 3, 2])),
+        ("NaN scale",          [1, 1, 3, 2], [1, 1, 3, 2], [1, 1, 3, 2], plain.with_scale(f32::NAN),         InvalidScale(f32::NAN)),
+        ("infinite scale",     [1, 1, 3, 2], [1, 1, 3, 2], [1, 1, 3, 2], plain.with_scale(f32::INFINITY),    InvalidScale(f32::INFINITY)),
     ];
     for (what, q, k, v, options, expected) in cases {
-        match forward(&q, &k, &v, &options) {
-            // NaN != NaN, so compare scale errors by their text.
+        let zeros = |shape: [usize; 4]| Array4::<f32>::zeros(shape);
+        match forward(&zeros(q), &zeros(k), &zeros(v), &options) {
+            // NaN != NaN, so the errors are compared by their text.
             Err(e) if e.to_string() == expected.to_string() => {}
             Err(e) => return Err(format!("{what}: expected the error `{expected}`, got `{e}`")),
             Ok(_) => return Err(format!("{what}: expected the error `{expected}`, got a result")),

@@ -96,3 +96,15 @@ pub fn peak_bytes_during<R>(f: impl FnOnce() -> R) -> Result<(R, usize), NotInst
     let result = f();
     Ok((result, PEAK.load(Relaxed).saturating_sub(baseline)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_the_counting_allocator_measuring_is_an_error() {
+        // The reference crate's unit-test binary uses the system allocator.
+        assert_eq!(peak_bytes_during(|| vec![0u8; 10]).unwrap_err(), NotInstalled);
+        assert!(NotInstalled.to_string().contains("#[global_allocator]"));
+    }
+}

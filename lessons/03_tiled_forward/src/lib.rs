@@ -195,7 +195,10 @@ impl RunningState {
             let tile_max = row.fold(f32::NEG_INFINITY, |m, &x| m.max(x));
             let new_max = self.max[r].max(tile_max);
             if new_max == f32::NEG_INFINITY {
-                row.fill(0.0); // this row sees no key yet: P = 0 (e^(-inf - -inf) would be NaN)
+                // The row has seen no key yet. With the prefix-shaped causal mask it will see
+                // none at all and `finish` leaves it at O = 0, L = -inf; P = 0 keeps the NaN of
+                // e^(-inf - -inf) out of `acc` and `l` all the same.
+                row.fill(0.0);
                 continue;
             }
             let correction = (self.max[r] - new_max).exp(); // e^(m - m'); 0 on the first tile

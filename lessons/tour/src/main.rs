@@ -1,1 +1,110 @@
-fn main() {}
+//! `cargo run --release`: every stage of the course on one problem, checked against the f64
+//! oracle, with error, time and peak memory. `--help` lists the options.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use reference::memory::CountingAllocator;
+use reference::{AttentionOutput, Problem, ProblemSpec, oracle};
+use tour::{format_bytes, format_duration, measure, stages, table};
+
+#[global_allocator]
+static ALLOC: CountingAllocator = CountingAllocator;
+
+const USAGE: &str = "\
+usage: cargo run --release -- [--batch B] [--heads H] [--seq N] [--kv-seq NKV] [--head-dim D] [--causal] [--seed S]
+
+Runs every stage of the course on one random problem (default B=1 H=8 N=2048 D=64, not causal),
+checks each against the f64 oracle and prints relative and max errors, time and peak memory.";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (spec, seed) = match parse_args(&args) {
+        Ok(Some(parsed)) => parsed,
+        Ok(None) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(message) => {
+            eprintln!("error: {message}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let problem = Problem::random(&spec, seed);
+    println!(
+        "problem: B={} H={} Nq={} Nkv={} D={} causal={} (seed {seed}); {} thread(s){}",
+        spec.batch,
+        spec.heads,
+        spec.q_len,
+        spec.kv_len,
+        spec.head_dim,
+        spec.causal,
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        cpu_name().map(|name| format!(", {name}")).unwrap_or_default(),
+    );
+
+    let start = Instant::now();
+    let expected = match oracle::attention(&problem.q, &problem.k, &problem.v, &problem.options) {
+        Ok(expected) => expected,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    println!("f64 oracle: {}\n", format_duration(start.elapsed()));
+
+    let mut measurements = Vec::new();
+    for stage in stages() {
+        match measure(&stage, &problem, &expected) {
+            Ok(m) => measurements.push(m),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    print!("{}", table(&measurements));
+    let output = AttentionOutput::empty(&spec.shape()).bytes();
+    println!(
+        "\nworking mem: peak heap bytes during the call beyond its output O and L ({}).",
+        format_bytes(output)
+    );
+    if measurements.iter().all(|m| m.passed()) { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+/// `Ok(None)` for `--help`; an error message for anything not understood.
+fn parse_args(args: &[String]) -> Result<Option<(ProblemSpec, u64)>, String> {
+    let mut spec = ProblemSpec::new(1, 8, 2048, 2048, 64);
+    let mut kv_len = None;
+    let mut seed = 0;
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let mut value = || -> Result<usize, String> {
+            let text = it.next().ok_or(format!("{flag} needs a value"))?;
+            match text.parse::<usize>() {
+                Ok(n) if n >= 1 || flag == "--seed" => Ok(n),
+                _ => Err(format!("{flag} expects a whole number of at least 1, got `{text}`")),
+            }
+        };
+        match flag.as_str() {
+            "--batch" => spec.batch = value()?,
+            "--heads" => spec.heads = value()?,
+            "--seq" => spec.q_len = value()?,
+            "--kv-seq" => kv_len = Some(value()?),
+            "--head-dim" => spec.head_dim = value()?,
+            "--seed" => seed = value()? as u64,
+            "--causal" => spec.causal = true,
+            "--help" | "-h" => return Ok(None),
+            other => return Err(format!("unknown option `{other}`")),
+        }
+    }
+    spec.kv_len = kv_len.unwrap_or(spec.q_len);
+    Ok(Some((spec, seed)))
+}
+
+/// The CPU's model name, where the system says it (Linux).
+fn cpu_name() -> Option<String> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("model name"))?;
+    Some(line.split_once(':')?.1.trim().to_string())
+}

@@ -1,0 +1,43 @@
+//! Cross-stage equivalence: oracle ≡ lesson01 ≡ lesson02 ≡ lesson03 ≡ … on the same random
+//! problems. Each stage is checked against the oracle, and each against the first stage, so a
+//! stage that drifts from the rest is named even where the oracle tolerance is generous.
+
+use proptest::prelude::*;
+use reference::checks::{logit_bound, run};
+use reference::strategies::{ShapeLimits, cases, config};
+use reference::{AttentionOutput, Tolerance, check_output, oracle};
+
+proptest! {
+    #![proptest_config(config(64))]
+
+    #[test]
+    fn every_stage_computes_the_same_attention(case in cases(ShapeLimits::CPU)) {
+        let p = case.problem();
+        let expected = oracle::attention(&p.q, &p.k, &p.v, &p.options).unwrap();
+        let vs_oracle = Tolerance::F32_CPU.for_logits(logit_bound(&p));
+        // Two f32 results may each be off the oracle by its tolerance, in opposite directions.
+        let vs_each_other = Tolerance::F32_CPU.for_logits(2.0 * logit_bound(&p));
+        let mut first: Option<(&str, AttentionOutput<f64>)> = None;
+        for stage in tour::stages() {
+            let fail = |e: String| TestCaseError::fail(format!("{}: {case:?}\n{e}", stage.package));
+            let out = run(&stage.forward, &p).map_err(|e| fail(e.to_string()))?;
+            check_output(&out, &expected, vs_oracle).map_err(|e| fail(format!("vs the oracle: {e}")))?;
+            match &first {
+                None => first = Some((stage.package, widen(&out))),
+                Some((name, reference)) => {
+                    check_output(&out, reference, vs_each_other).map_err(|e| fail(format!("vs {name}: {e}")))?;
+                }
+            }
+        }
+    }
+}
+
+fn widen(out: &AttentionOutput<f32>) -> AttentionOutput<f64> {
+    AttentionOutput { o: out.o.mapv(f64::from), lse: out.lse.mapv(f64::from) }
+}
+
+#[test]
+fn every_stage_of_the_course_so_far_is_checked() {
+    let packages: Vec<_> = tour::stages().iter().map(|s| s.package).collect();
+    assert_eq!(packages, ["lesson01", "lesson02", "lesson03"]);
+}

@@ -54,6 +54,7 @@ pub fn logit_bound(p: &Problem) -> f64 {
     scale.abs() * max_norm(&p.q) * max_norm(&p.k)
 }
 
+// ANCHOR: check_against_oracle
 /// `forward` agrees with the f64 oracle on the case's problem, within `tolerance` grown by the
 /// problem's [`logit_bound`] (see [`Tolerance::for_logits`]).
 pub fn check_against_oracle(
@@ -68,6 +69,7 @@ pub fn check_against_oracle(
         .map(|_| ())
         .map_err(|e| format!("{case:?}\n{e}"))
 }
+// ANCHOR_END: check_against_oracle
 
 /// Every `(batch, head)` slice is computed on its own: running one slice alone gives exactly
 /// the numbers it gets inside the whole batch.

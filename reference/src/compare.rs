@@ -26,6 +26,7 @@ pub struct Tolerance {
 }
 
 impl Tolerance {
+    // ANCHOR: tolerance
     /// f32 arithmetic on the CPU, before growing with the logits ([`Tolerance::for_logits`]).
     ///
     /// Measured on 600 random property-test problems (lessons 01–03, 2026-11-21): the relative
@@ -51,6 +52,7 @@ impl Tolerance {
             rel: self.rel * growth,
         }
     }
+    // ANCHOR_END: tolerance
 }
 
 /// The first entry that broke the element-wise bound.

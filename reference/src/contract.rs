@@ -90,6 +90,7 @@ impl AttentionShape {
         Ok(Self { batch: q[0], heads: q[1], q_len: q[2], kv_len: k[2], head_dim: q[3] })
     }
 
+    // ANCHOR: visible_keys
     /// How many keys query row `row` may look at: keys `0..visible_keys(row)`.
     ///
     /// Without a mask that is every key. With the bottom-right causal mask, row `i` sees key `j`
@@ -102,6 +103,7 @@ impl AttentionShape {
             self.kv_len
         }
     }
+    // ANCHOR_END: visible_keys
 
     /// `Q`/`O` shape `[B, H, Nq, D]`.
     pub fn q_dims(&self) -> (usize, usize, usize, usize) {

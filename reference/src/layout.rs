@@ -6,10 +6,12 @@
 
 use ndarray::Array4;
 
+// ANCHOR: bshd_to_bhsd
 /// `[B, N, H, D]` -> `[B, H, N, D]`, as a new row-major array.
 pub fn bshd_to_bhsd<T: Clone>(x: &Array4<T>) -> Array4<T> {
     x.view().permuted_axes([0, 2, 1, 3]).as_standard_layout().into_owned()
 }
+// ANCHOR_END: bshd_to_bhsd
 
 /// `[B, H, N, D]` -> `[B, N, H, D]`, as a new row-major array.
 pub fn bhsd_to_bshd<T: Clone>(x: &Array4<T>) -> Array4<T> {

@@ -59,6 +59,7 @@ pub fn logit_scale() -> impl Strategy<Value = f32> {
     prop_oneof![6 => Just(1.0f32), 1 => 0.01f32..1.0, 2 => 1.0f32..100.0, 2 => Just(100.0f32)]
 }
 
+// ANCHOR: cases
 /// Random problems within `limits`: any `Nq` and `Nkv`, causal or not, scaled logits, spikes.
 pub fn cases(limits: ShapeLimits) -> impl Strategy<Value = Case> {
     let shape = (
@@ -79,6 +80,7 @@ pub fn cases(limits: ShapeLimits) -> impl Strategy<Value = Case> {
         },
     )
 }
+// ANCHOR_END: cases
 
 /// A tile size: 1, small, anything up to `max`, or larger than any sequence here.
 pub fn tile_size(max: usize) -> impl Strategy<Value = usize> {

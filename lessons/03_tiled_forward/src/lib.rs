@@ -17,6 +17,8 @@
 //! With `causal`, key tiles that lie entirely in the future of every row of the query tile are
 //! never visited, and the mask is applied only to tiles that straddle the diagonal.
 
+use std::ops::Range;
+
 use ndarray::linalg::general_mat_mul;
 use ndarray::{Array1, Array2, ArrayView2, ArrayViewMut1, ArrayViewMut2, s};
 use reference::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
@@ -134,20 +136,20 @@ fn forward_query_tile(
     key_cols: usize,
 ) {
     let (rows, head_dim) = tile.q.dim();
-    let last_row = tile.first_row + rows - 1;
+    let query_rows = tile.first_row..tile.first_row + rows;
     let mut state = RunningState::new(rows, head_dim);
     let mut scores = Array2::<f32>::zeros((rows, key_cols)); // S, then P, of one tile pair
 
-    // Causal: keys the tile's last row cannot see are not visible to any row above it either,
-    // so whole key tiles past that point are skipped without being loaded.
-    let key_end = shape.visible_keys(last_row, causal);
-    for first_key in (0..key_end).step_by(key_cols) {
-        let keys = first_key..(first_key + key_cols).min(key_end);
+    for first_key in (0..shape.kv_len).step_by(key_cols) {
+        let keys = first_key..(first_key + key_cols).min(shape.kv_len);
+        let kind = classify_tile(shape, causal, query_rows.clone(), keys.clone());
+        if kind == TileKind::Skipped {
+            break; // every later key tile lies further in the future: skip them all unread
+        }
         let mut s = scores.slice_mut(s![.., ..keys.len()]);
         // S = scale * Q_t K_tᵀ   [Br, Bc]
         general_mat_mul(scale, &tile.q, &k.slice(s![keys.clone(), ..]).t(), 0.0, &mut s);
-        // Only a tile that crosses the diagonal needs its future keys masked.
-        if causal && keys.end > shape.visible_keys(tile.first_row, true) {
+        if kind == TileKind::Masked {
             mask_future_keys(&mut s, tile.first_row, first_key, shape);
         }
         state.update(&mut s, v.slice(s![keys, ..]));
@@ -155,6 +157,40 @@ fn forward_query_tile(
     state.finish(tile.o, tile.lse);
 }
 // ANCHOR_END: query_tile
+
+// ANCHOR: classify
+/// What the causal mask does to one (query tile, key tile) pair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TileKind {
+    /// Every row of the query tile sees every key of the key tile: no mask needed.
+    Full,
+    /// The tile straddles the diagonal: some entries must be masked.
+    Masked,
+    /// No row sees any key of the tile: it is never loaded or computed.
+    Skipped,
+}
+
+/// Classifies the tile pair `query_rows x keys` under the bottom-right causal mask.
+///
+/// Visible keys form a prefix that grows with the row, so the tile's first row sees the fewest
+/// keys and its last row the most.
+pub fn classify_tile(
+    shape: &AttentionShape,
+    causal: bool,
+    query_rows: Range<usize>,
+    keys: Range<usize>,
+) -> TileKind {
+    if !causal {
+        TileKind::Full
+    } else if keys.start >= shape.visible_keys(query_rows.end - 1, true) {
+        TileKind::Skipped
+    } else if keys.end > shape.visible_keys(query_rows.start, true) {
+        TileKind::Masked
+    } else {
+        TileKind::Full
+    }
+}
+// ANCHOR_END: classify
 
 /// Sets `S_ij = -inf` for the keys of this tile that row `first_row + i` may not see.
 fn mask_future_keys(
@@ -241,6 +277,18 @@ mod tests {
         );
         let t = TileSizes::new(3, 5).unwrap();
         assert_eq!((t.query_rows(), t.key_cols()), (3, 5));
+    }
+
+    #[test]
+    fn tiles_are_classified_against_the_bottom_right_diagonal() {
+        use TileKind::*;
+        // Nq = 4, Nkv = 6: row i sees keys 0..=i+2.
+        let shape = AttentionShape { batch: 1, heads: 1, q_len: 4, kv_len: 6, head_dim: 1 };
+        assert_eq!(classify_tile(&shape, true, 0..2, 0..3), Full); // rows 0-1 see keys 0..=2
+        assert_eq!(classify_tile(&shape, true, 0..2, 3..4), Masked); // row 1 sees key 3, row 0 not
+        assert_eq!(classify_tile(&shape, true, 0..2, 4..6), Skipped); // nobody sees keys 4, 5
+        assert_eq!(classify_tile(&shape, true, 2..4, 4..6), Masked);
+        assert_eq!(classify_tile(&shape, false, 0..2, 4..6), Full);
     }
 
     #[test]

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Regenerates the command output that the book shows, under book/src/generated/.
+#
+#   bash book/generate.sh           every output; the tour runs in release mode
+#   bash book/generate.sh --check   only the outputs that do not depend on the machine, and fail
+#                                   if they differ from the committed ones (CI runs this)
+#
+# Each file starts with the command a learner types. Outputs that contain timings end with the
+# date and the machine they were measured on.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=book/src/generated
+mkdir -p "$out"
+export CARGO_TERM_QUIET=true # cargo's own progress lines are not part of the output
+
+check=false
+[[ "${1:-}" == "--check" ]] && check=true
+stale=0
+
+# show NAME SHOWN COMMAND...: write "$ SHOWN" and what COMMAND prints to NAME.txt (or, with
+# --check, compare with NAME.txt)
+show() {
+    local name=$1 shown=$2
+    shift 2
+    local tmp
+    tmp=$(mktemp)
+    { echo "\$ $shown"; "$@" 2>&1; } >"$tmp"
+    if $check; then
+        if ! diff -u "$out/$name.txt" "$tmp"; then
+            echo "book/src/generated/$name.txt is stale: run bash book/generate.sh" >&2
+            stale=1
+        fi
+        rm "$tmp"
+    else
+        mv "$tmp" "$out/$name.txt"
+    fi
+}
+
+# stamp NAME: append where and when a machine-dependent output was measured
+stamp() {
+    local cpu
+    cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | xargs || true)
+    echo "# measured $(date -u +%Y-%m-%d) on ${cpu:-an unknown CPU}, $(nproc) threads" >>"$out/$1.txt"
+}
+
+# test_list PACKAGE: the names and results of a lesson's tests, without timings or binary hashes
+test_list() {
+    local log
+    log=$(cargo test -p "$1" -- --format pretty 2>&1)
+    grep -E '^test .* \.\.\. ' <<<"$log" | sort
+    grep -E '^test result' <<<"$log" | awk '{ p += $4; f += $6 } END { print "in all: " p " passed; " f " failed" }'
+}
+
+show memory_table "cargo run -p lesson01 --example memory_table" cargo run -p lesson01 --example memory_table
+show overflow "cargo run -p lesson02 --example overflow" cargo run -p lesson02 --example overflow
+show tile_schedule "cargo run -p lesson03 --example tile_schedule" cargo run -p lesson03 --example tile_schedule
+for n in 01 02 03; do
+    show "lesson${n}_tests" "cargo test -p lesson$n" test_list "lesson$n"
+done
+
+if ! $check; then
+    show tour "cargo run --release" cargo run --release
+    stamp tour
+fi
+exit $stale

@@ -181,6 +181,20 @@ pub fn check_output<X: Copy + Into<f64>>(
     }
 }
 
+/// Panics with [`check_output`]'s report (relative Frobenius error, max abs error, first
+/// mismatching index of `O` and of `L`) unless `actual` is within `tolerance` of the oracle.
+/// For plain `#[test]`s; inside `proptest!` use [`check_output`] and return its error.
+#[track_caller]
+pub fn assert_close<X: Copy + Into<f64>>(
+    actual: &AttentionOutput<X>,
+    expected: &AttentionOutput<f64>,
+    tolerance: Tolerance,
+) {
+    if let Err(report) = check_output(actual, expected, tolerance) {
+        panic!("attention output differs from the oracle:\n{report}");
+    }
+}
+
 /// An index pattern as a plain list of indices.
 trait IntoPatternVec {
     fn into_pattern_vec(self) -> Vec<usize>;
@@ -236,6 +250,18 @@ mod tests {
         let c = compare("x", &array![1.005f32, 1.005], &array![1.0, 1.0], tol).unwrap();
         assert_eq!(c.mismatches, 0);
         assert!(!c.passed());
+    }
+
+    #[test]
+    fn assert_close_passes_close_outputs_and_reports_far_ones() {
+        let expected = AttentionOutput { o: array![[[[1.0, 2.0]]]], lse: array![[[0.5]]] };
+        let close = AttentionOutput { o: array![[[[1.0f32, 2.0]]]], lse: array![[[0.5f32]]] };
+        assert_close(&close, &expected, TOL);
+        let far = AttentionOutput { o: array![[[[1.0f32, 2.5]]]], lse: array![[[0.5f32]]] };
+        let report = std::panic::catch_unwind(|| assert_close(&far, &expected, TOL)).unwrap_err();
+        let report = report.downcast_ref::<String>().unwrap();
+        assert!(report.contains("O: relative Frobenius error"), "{report}");
+        assert!(report.contains("first at [0, 0, 0, 1]: got 2.5, expected 2"), "{report}");
     }
 
     #[test]

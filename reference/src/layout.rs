@@ -22,6 +22,7 @@ pub fn bhsd_to_bshd<T: Clone>(x: &Array4<T>) -> Array4<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{AttentionOptions, Problem, ProblemSpec, oracle};
 
     #[test]
     fn moves_each_element_to_the_swapped_index() {
@@ -33,5 +34,20 @@ mod tests {
         assert!(y.is_standard_layout());
         assert_eq!(y[[1, 3, 2, 4]], x[[1, 2, 3, 4]]);
         assert_eq!(bhsd_to_bshd(&y), x);
+    }
+
+    #[test]
+    fn forgetting_the_conversion_is_silently_wrong_when_seq_equals_heads() {
+        // Inputs laid out [B, N, H, D] with N == H: the shapes look right to every check.
+        let p = Problem::random(&ProblemSpec::new(1, 4, 4, 4, 8), 11);
+        let (q, k, v) = (bhsd_to_bshd(&p.q), bhsd_to_bshd(&p.k), bhsd_to_bshd(&p.v));
+        let opts = AttentionOptions::new();
+        let right =
+            oracle::attention(&bshd_to_bhsd(&q), &bshd_to_bhsd(&k), &bshd_to_bhsd(&v), &opts);
+        let wrong = oracle::attention(&q, &k, &v, &opts);
+        assert_eq!(right, oracle::attention(&p.q, &p.k, &p.v, &opts));
+        assert!(wrong.is_ok(), "no error: the mistake is silent");
+        // What the caller expected: the right output, in its own [B, N, H, D] layout.
+        assert_ne!(wrong.unwrap().o, bhsd_to_bshd(&right.unwrap().o));
     }
 }

@@ -21,7 +21,7 @@ pub mod oracle;
 pub mod problem;
 pub mod strategies;
 
-pub use compare::{Comparison, Tolerance, check_output, compare};
+pub use compare::{Comparison, Tolerance, assert_close, check_output, compare};
 pub use contract::{AttentionOptions, AttentionOutput, AttentionShape};
 pub use error::AttentionError;
 pub use problem::{Problem, ProblemSpec};

@@ -91,7 +91,7 @@ impl Problem {
         let mut q = Array4::from_shape_simple_fn((b, h, nq, d), || rng.normal());
         let mut k = Array4::from_shape_simple_fn((b, h, nkv, d), || rng.normal());
         let v = Array4::from_shape_simple_fn((b, h, nkv, d), || rng.normal());
-        if spec.spike {
+        if spec.spike && nq > 0 && nkv > 0 {
             for bi in 0..b {
                 for hi in 0..h {
                     let (query, key) = (rng.below(nq), rng.below(nkv));
@@ -179,6 +179,12 @@ mod tests {
         let (a, b) = (Problem::random(&spec, 5), Problem::random(&spec.logit_scale(100.0), 5));
         assert_eq!(b.q, a.q.mapv(|x| x * 100.0));
         assert_eq!((b.k, b.v), (a.k, a.v));
+    }
+
+    #[test]
+    fn empty_shapes_give_empty_tensors_not_a_panic() {
+        let p = Problem::random(&ProblemSpec::new(1, 1, 0, 0, 4).spike(true), 3);
+        assert_eq!((p.q.len(), p.k.len()), (0, 0));
     }
 
     #[test]

@@ -4,5 +4,3 @@
 //!
 //! * `tests/equivalence.rs`: every stage listed by [`tour::stages`] computes the same
 //!   attention as the f64 oracle *and* as every other stage, on the same random problems.
-//!
-//! The hidden tests of the exercises and the `cargo grade` command live here too.

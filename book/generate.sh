@@ -51,12 +51,31 @@ test_list() {
     grep -E '^test result' <<<"$log" | awk '{ p += $4; f += $6 } END { print "in all: " p " passed; " f " failed" }'
 }
 
+# grade_fresh EXERCISE: `cargo grade EXERCISE` as on a fresh clone (no saved progress); a stub
+# is expected to fail
+grade_fresh() {
+    local saved
+    saved=$(mktemp -d)
+    [[ -d .grade ]] && mv .grade "$saved/"
+    cargo grade "$1" 2>&1 || true
+    rm -rf .grade
+    [[ -d "$saved/.grade" ]] && mv "$saved/.grade" .
+    rm -rf "$saved"
+}
+
+# Graded checks draw random cases; a fixed seed makes their output repeatable.
+export PROPTEST_RNG_SEED=20261121
+
 show memory_table "cargo run -p lesson01 --example memory_table" cargo run -p lesson01 --example memory_table
 show overflow "cargo run -p lesson02 --example overflow" cargo run -p lesson02 --example overflow
 show tile_schedule "cargo run -p lesson03 --example tile_schedule" cargo run -p lesson03 --example tile_schedule
 for n in 01 02 03; do
     show "lesson${n}_tests" "cargo test -p lesson$n" test_list "lesson$n"
 done
+
+show grade_stub "cargo grade ex01" grade_fresh ex01
+show planted_bug "cargo run -p grader --example planted_bug" cargo run -p grader --example planted_bug
+show self_check "cargo grade --self-check" cargo grade --self-check
 
 if ! $check; then
     show tour "cargo run --release" cargo run --release

@@ -27,12 +27,30 @@ impl ShapeLimits {
 }
 
 /// One generated test case: the shape and flavour of a problem, and the seed of its values.
-#[derive(Clone, Copy, Debug, PartialEq)]
+///
+/// Its `Debug` form is one short line, `B=1 H=2 Nq=3 Nkv=5 D=4 causal logits x100 seed=7`,
+/// because proptest prints it for every failing case.
+#[derive(Clone, Copy, PartialEq)]
 pub struct Case {
     /// Shape, mask, logit scale, spike.
     pub spec: ProblemSpec,
     /// Seed for [`Problem::random`].
     pub seed: u64,
+}
+
+impl std::fmt::Debug for Case {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = &self.spec;
+        write!(f, "B={} H={} Nq={} Nkv={} D={}", s.batch, s.heads, s.q_len, s.kv_len, s.head_dim)?;
+        write!(f, "{}", if s.causal { " causal" } else { " not causal" })?;
+        if s.logit_scale != 1.0 {
+            write!(f, " logits x{}", s.logit_scale)?;
+        }
+        if s.spike {
+            write!(f, " spike")?;
+        }
+        write!(f, " seed={}", self.seed)
+    }
 }
 
 impl Case {
@@ -89,8 +107,23 @@ pub fn tile_size(max: usize) -> impl Strategy<Value = usize> {
 
 /// The proptest configuration for the course: `cases` cases unless the `PROPTEST_CASES`
 /// environment variable asks for another number, and no regression files written into the
-/// source tree (a failing case is printed, shrunk, with its seed).
+/// source tree (a failing case is printed, shrunk, with its seed). Shrinking may take up to
+/// 4096 steps (proptest stops at 64 by default), so failures are reported at their smallest.
 pub fn config(cases: u32) -> Config {
     let cases = std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(cases);
-    Config { cases, failure_persistence: None, ..Config::default() }
+    Config { cases, failure_persistence: None, max_shrink_iters: 4096, ..Config::default() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_case_prints_as_one_short_line() {
+        let spec = ProblemSpec::new(1, 2, 3, 5, 4).causal(true).logit_scale(100.0).spike(true);
+        let case = Case { spec, seed: 7 };
+        assert_eq!(format!("{case:?}"), "B=1 H=2 Nq=3 Nkv=5 D=4 causal logits x100 spike seed=7");
+        let plain = Case { spec: ProblemSpec::new(1, 1, 1, 1, 1), seed: 0 };
+        assert_eq!(format!("{plain:?}"), "B=1 H=1 Nq=1 Nkv=1 D=1 not causal seed=0");
+    }
 }

@@ -1,6 +1,27 @@
 //! # grader
 //!
-//! Tests that span the whole course rather than one lesson:
+//! The hidden tests of the exercises, the planted-bug mutants they must catch, and the
+//! `cargo grade` command (`src/bin/grade.rs`).
 //!
-//! * `tests/equivalence.rs`: every stage listed by [`tour::stages`] computes the same
-//!   attention as the f64 oracle *and* as every other stage, on the same random problems.
+//! * [`check`]: a graded check (name, hint, body) and how it is run and reported.
+//! * [`forward`]: the checks shared by every exercise that implements the attention contract.
+//! * [`ex01`], [`ex02`], [`ex03`]: each exercise's adapter trait, its checks, and the lesson's
+//!   implementation of the trait (the reference solution).
+//! * [`mutants`]: planted-bug implementations of each trait.
+//! * [`hidden`]: the `main` of the hidden test binaries in `tests/hidden/`.
+//! * [`self_check`]: the lessons pass every check; every mutant is caught.
+//!
+//! Each exercise crate builds its hidden tests on its own (`cargo test -p ex03 --test hidden`),
+//! so one half-finished exercise never stops another from being graded.
+//!
+//! Beside them, `tests/equivalence.rs` checks that every stage of the tour computes the same
+//! attention as the oracle and as every other stage.
+
+pub mod check;
+pub mod ex01;
+pub mod ex02;
+pub mod ex03;
+pub mod forward;
+pub mod hidden;
+pub mod mutants;
+pub mod self_check;

@@ -1,0 +1,109 @@
+//! # Exercise 03: tiled FlashAttention forward
+//!
+//! The FlashAttention-2 forward pass on the CPU: outer loop over tiles of `Br` query rows,
+//! inner loop over tiles of `Bc` keys, a running `(m, l, acc)` per query row, `O` normalised
+//! once at the end, and the logsumexp `L`. The task, the contract and hints are in this
+//! folder's README.md; the book's chapter 3 explains the ideas.
+//!
+//! Check your work with `cargo test -p ex03 --test visible` and `cargo grade ex03`.
+
+// The stub does not use its inputs yet; delete this line once it does.
+#![allow(unused_variables, unused_imports, dead_code)]
+
+use ndarray::linalg::general_mat_mul;
+use ndarray::{Array1, Array2, Array4, ArrayView2, ArrayViewMut1, ArrayViewMut2, s};
+use reference::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
+
+/// Tile sizes: `Br` query rows per outer tile and `Bc` keys per inner tile (given).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TileSizes {
+    query_rows: usize,
+    key_cols: usize,
+}
+
+impl TileSizes {
+    /// Tiles of `query_rows` (`Br`) by `key_cols` (`Bc`); both must be at least 1.
+    pub fn new(query_rows: usize, key_cols: usize) -> Result<Self, AttentionError> {
+        if query_rows == 0 {
+            return Err(AttentionError::InvalidTileSize {
+                which: "query rows (Br)",
+                value: query_rows,
+            });
+        }
+        if key_cols == 0 {
+            return Err(AttentionError::InvalidTileSize {
+                which: "key columns (Bc)",
+                value: key_cols,
+            });
+        }
+        Ok(Self { query_rows, key_cols })
+    }
+
+    /// `Br`
+    pub fn query_rows(&self) -> usize {
+        self.query_rows
+    }
+
+    /// `Bc`
+    pub fn key_cols(&self) -> usize {
+        self.key_cols
+    }
+}
+
+/// Tiled FlashAttention-2 forward: `q [B,H,Nq,D]`, `k [B,H,Nkv,D]`, `v [B,H,Nkv,D]` ->
+/// `O [B,H,Nq,D]`, `L [B,H,Nq]`, never holding more than one `Br x Bc` tile of scores.
+pub fn attention(
+    q: &Array4<f32>,
+    k: &Array4<f32>,
+    v: &Array4<f32>,
+    options: &AttentionOptions,
+    tiles: TileSizes,
+) -> Result<AttentionOutput<f32>, AttentionError> {
+    // TODO 1: validate (AttentionShape::of, options.scale_for); start from
+    //         `AttentionOutput::empty(&shape)`.
+    // TODO 2: for every batch and head, for each tile of Br query rows (the last may be
+    //         shorter): a RunningState for its rows, then for each tile of Bc keys:
+    //           - causal: if the tile's LAST row cannot see the tile's first key, no row can:
+    //             skip this and every later key tile;
+    //           - S = scale * Q_tile K_tileᵀ  (Br x Bc; `general_mat_mul` does it);
+    //           - causal: set S to -inf where row i may not see key j
+    //             (j >= shape.visible_keys(i, true));
+    //           - state.update(S, V_tile).
+    //         Then state.finish(...) writes this tile's rows of O and L.
+    todo!("exercise 03: tiled forward")
+}
+
+/// Per query row of a tile: the running max `m`, running sum `l`, and unnormalised output
+/// `acc = sum_j e^(S_j - m) V_j` over the key tiles merged so far.
+struct RunningState {
+    max: Array1<f32>, // m   [Br]
+    sum: Array1<f32>, // l   [Br]
+    acc: Array2<f32>, // acc [Br, D]
+}
+
+impl RunningState {
+    /// The state before any key: m = -inf, l = 0, acc = 0 (given).
+    fn new(rows: usize, head_dim: usize) -> Self {
+        Self {
+            max: Array1::from_elem(rows, f32::NEG_INFINITY),
+            sum: Array1::zeros(rows),
+            acc: Array2::zeros((rows, head_dim)),
+        }
+    }
+
+    /// Merges one key tile: `s` holds the tile's scores `[Br, Bc]` (overwrite it with P), `v`
+    /// is the tile's values `[Bc, D]`.
+    fn update(&mut self, s: &mut ArrayViewMut2<f32>, v: ArrayView2<f32>) {
+        // TODO: per row r: m' = max(m, rowmax(S)); if m' is -inf the row sees nothing yet
+        //       (set its P to 0 and move on); otherwise correction = e^(m - m'), P = e^(S - m'),
+        //       l = l * correction + rowsum(P), acc_r *= correction, m = m'.
+        //       Then acc += P V for all rows at once.
+        todo!("exercise 03: RunningState::update")
+    }
+
+    /// Writes `O = acc / l` and `L = m + ln(l)` for every row that saw a key.
+    fn finish(self, o: ArrayViewMut2<f32>, lse: ArrayViewMut1<f32>) {
+        // TODO
+        todo!("exercise 03: RunningState::finish")
+    }
+}

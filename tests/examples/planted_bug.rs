@@ -1,0 +1,15 @@
+//! What `cargo grade` shows for code with a classic bug: exercise 03's hidden checks run on a
+//! tiled forward that forgets to rescale its running state (the mutant `MissingRescale`).
+//!
+//! `cargo run -p grader --example planted_bug`
+
+use grader::mutants::TiledBug;
+
+fn main() {
+    // The report is the point; the failing status is expected.
+    let _ = grader::hidden::run(
+        "ex03",
+        "tiled FlashAttention forward, with a planted bug: no rescale",
+        grader::ex03::checks(TiledBug::MissingRescale),
+    );
+}

@@ -1,0 +1,192 @@
+//! `cargo grade`: grade the exercises with their hidden checks and keep a progress list.
+//!
+//! ```text
+//! cargo grade              grade every exercise, then print the progress list
+//! cargo grade ex03         grade one exercise (several may be named), then the list
+//! cargo grade --list       print the progress list without grading
+//! cargo grade --self-check maintainers: lessons pass, mutants are caught, stubs are not started
+//! ```
+//!
+//! Each exercise is built and run on its own (`cargo test -p exNN --test hidden`), so one that
+//! does not compile never stops the others from being graded.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+
+use grader::hidden::Status;
+
+/// Every exercise: package, folder, topic.
+const EXERCISES: [(&str, &str, &str); 3] = [
+    ("ex01", "exercises/01_naive", "naive attention"),
+    ("ex02", "exercises/02_online_softmax", "online softmax and the (m, l) merge"),
+    ("ex03", "exercises/03_tiled_forward", "tiled FlashAttention forward"),
+];
+
+const USAGE: &str = "usage: cargo grade [exNN ...] | --list | --self-check";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let root = workspace_root();
+    match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+        ["--help" | "-h"] => {
+            println!("{USAGE}");
+            ExitCode::SUCCESS
+        }
+        ["--list"] => {
+            print_progress(&load_progress(&root));
+            ExitCode::SUCCESS
+        }
+        ["--self-check"] => self_check(&root),
+        names => {
+            let unknown: Vec<_> =
+                names.iter().filter(|n| !EXERCISES.iter().any(|e| e.0 == **n)).collect();
+            if !unknown.is_empty() {
+                let known: Vec<_> = EXERCISES.iter().map(|e| e.0).collect();
+                eprintln!(
+                    "error: no exercise named {unknown:?}; the exercises are {known:?}\n{USAGE}"
+                );
+                return ExitCode::from(2);
+            }
+            let chosen: Vec<&str> = if names.is_empty() {
+                EXERCISES.iter().map(|e| e.0).collect()
+            } else {
+                names.to_vec()
+            };
+            let mut progress = load_progress(&root);
+            for exercise in &chosen {
+                let (status, score) = grade(&root, exercise);
+                progress.insert(exercise.to_string(), (status, score));
+                println!();
+            }
+            save_progress(&root, &progress);
+            print_progress(&progress);
+            let all_done =
+                chosen.iter().all(|e| progress.get(*e).is_some_and(|(s, _)| *s == Status::Done));
+            if all_done { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+        }
+    }
+}
+
+/// The workspace root: the parent of this package's folder (`tests/`).
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the grader lives in <root>/tests")
+        .to_path_buf()
+}
+
+/// Builds and runs the hidden checks of `exercise`, showing their report. A compile error is
+/// shown as the compiler prints it, and counts as failing.
+fn grade(root: &Path, exercise: &str) -> (Status, String) {
+    println!("=== cargo grade {exercise}");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let child = Command::new(cargo)
+        .args(["test", "--quiet", "--package", exercise, "--test", "hidden"])
+        .current_dir(root)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!("error: could not run cargo: {e}");
+            return (Status::Failing, "-".to_string());
+        }
+    };
+    let mut result = None;
+    for line in
+        BufReader::new(child.stdout.take().expect("piped stdout")).lines().map_while(Result::ok)
+    {
+        match line.strip_prefix("GRADE ").map(|rest| rest.split_whitespace().collect::<Vec<_>>()) {
+            Some(fields) if fields.len() == 3 => {
+                result = Status::from_word(fields[1]).map(|s| (s, fields[2].to_string()));
+            }
+            _ => println!("{line}"),
+        }
+    }
+    let output = child.wait_with_output().expect("cargo ran");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    match result {
+        // The checks ran: cargo's own note that the test binary "failed" adds nothing.
+        Some(result) => result,
+        None => {
+            eprint!("{stderr}");
+            println!(
+                "{exercise}: no result: it does not compile (see the errors above) or it crashed"
+            );
+            (Status::Failing, "-".to_string())
+        }
+    }
+}
+
+fn progress_file(root: &Path) -> PathBuf {
+    root.join(".grade").join("progress")
+}
+
+/// `exercise -> (status, "passed/total")`, from the progress file (missing: not started).
+fn load_progress(root: &Path) -> BTreeMap<String, (Status, String)> {
+    let text = std::fs::read_to_string(progress_file(root)).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| {
+            let fields: Vec<_> = line.split_whitespace().collect();
+            match fields.as_slice() {
+                [name, status, score] => {
+                    Some((name.to_string(), (Status::from_word(status)?, score.to_string())))
+                }
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+fn save_progress(root: &Path, progress: &BTreeMap<String, (Status, String)>) {
+    let text: String = progress
+        .iter()
+        .map(|(name, (s, score))| format!("{name} {} {score}\n", s.word()))
+        .collect();
+    let file = progress_file(root);
+    let saved = std::fs::create_dir_all(file.parent().expect("a folder"))
+        .and_then(|()| std::fs::write(&file, text));
+    if let Err(e) = saved {
+        eprintln!("warning: could not save progress to {}: {e}", file.display());
+    }
+}
+
+fn print_progress(progress: &BTreeMap<String, (Status, String)>) {
+    println!("progress:");
+    for (name, folder, topic) in EXERCISES {
+        let (status, score) =
+            progress.get(name).cloned().unwrap_or((Status::NotStarted, "-".into()));
+        let mark = match status {
+            Status::Done => "[x]",
+            Status::Failing => "[!]",
+            Status::NotStarted => "[ ]",
+        };
+        println!(
+            "  {mark} {name}  {:<12} {score:>5} checks  {topic:<38} {folder}",
+            status.to_string()
+        );
+    }
+}
+
+/// Lessons pass every check, every mutant is caught, every untouched stub is "not started".
+fn self_check(root: &Path) -> ExitCode {
+    grader::check::quiet_panics();
+    let reports = grader::self_check::run();
+    println!("{}", grader::self_check::table(&reports));
+    let mut ok = reports.iter().all(|r| r.ok());
+    println!("untouched stubs (run this on a clean checkout):");
+    for (name, _, _) in EXERCISES {
+        let (status, _) = grade(root, name);
+        let expected = status == Status::NotStarted;
+        println!(
+            "{name} stub: {status} {}",
+            if expected { "(as expected)" } else { "(EXPECTED not started)" }
+        );
+        ok &= expected;
+    }
+    println!("\nself-check {}", if ok { "passed" } else { "FAILED" });
+    if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}

@@ -1,0 +1,111 @@
+//! A graded check: a name, a hint for when it fails, and a body that returns `Err` with a
+//! description of the first (shrunk) failing input.
+
+use std::cell::RefCell;
+use std::fmt::Debug;
+use std::panic::{self, AssertUnwindSafe};
+
+use proptest::strategy::Strategy;
+use proptest::test_runner::{TestCaseError, TestError, TestRunner};
+use reference::strategies::config;
+
+/// One graded check of an exercise.
+pub struct Check {
+    /// What is checked, e.g. "causal mask with Nq != Nkv".
+    pub name: &'static str,
+    /// What usually causes this check to fail.
+    pub hint: &'static str,
+    body: Box<dyn Fn() -> Result<(), String>>,
+}
+
+impl Check {
+    /// A check named `name`, with `hint` shown when `body` fails.
+    pub fn new(
+        name: &'static str,
+        hint: &'static str,
+        body: impl Fn() -> Result<(), String> + 'static,
+    ) -> Self {
+        Self { name, hint, body: Box::new(body) }
+    }
+
+    /// Runs the check, turning panics in the code under test into outcomes.
+    pub fn run(&self) -> Outcome {
+        LAST_PANIC.with(|p| p.borrow_mut().take());
+        match panic::catch_unwind(AssertUnwindSafe(|| (self.body)())) {
+            Ok(Ok(())) => Outcome::Passed,
+            Ok(Err(failure)) if is_todo(&failure) => Outcome::NotStarted,
+            Ok(Err(failure)) => Outcome::Failed(failure),
+            Err(_) => {
+                let message = LAST_PANIC.with(|p| p.borrow_mut().take()).unwrap_or_default();
+                if is_todo(&message) {
+                    Outcome::NotStarted
+                } else {
+                    Outcome::Failed(format!("panicked: {message}"))
+                }
+            }
+        }
+    }
+}
+
+/// How a check ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The code passed.
+    Passed,
+    /// The code gave a wrong answer, a wrong error, NaN, or panicked: why, with the input.
+    Failed(String),
+    /// The code still reaches a `todo!()`.
+    NotStarted,
+}
+
+fn is_todo(message: &str) -> bool {
+    message.contains("not yet implemented")
+}
+
+/// Runs `test` on `cases` inputs drawn from `strategy`. On failure proptest shrinks the input
+/// to a minimal one, and the error names it.
+pub fn for_all<S>(
+    cases: u32,
+    strategy: S,
+    test: impl Fn(S::Value) -> Result<(), String>,
+) -> Result<(), String>
+where
+    S: Strategy,
+    S::Value: Debug,
+{
+    let mut runner = TestRunner::new(config(cases));
+    runner.run(&strategy, |value| test(value).map_err(TestCaseError::fail)).map_err(|e| match e {
+        TestError::Fail(reason, value) => {
+            let reason = reason.to_string();
+            // A panic inside a case reaches us as proptest's failure text; keep its message.
+            let reason = match LAST_PANIC.with(|p| p.borrow().clone()) {
+                Some(panic) if panic.starts_with(reason.trim()) => {
+                    format!("panicked: {panic}")
+                }
+                _ => reason,
+            };
+            format!("smallest failing input: {value:?}\n{reason}")
+        }
+        TestError::Abort(reason) => format!("gave up: {reason}"),
+    })
+}
+
+thread_local! {
+    static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Replaces the default panic hook (which prints a message and backtrace for every panicking
+/// proptest case) with one that only remembers the last message and where it came from.
+pub fn quiet_panics() {
+    panic::set_hook(Box::new(|info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".to_string());
+        let location =
+            info.location().map(|l| format!(" (at {}:{})", l.file(), l.line())).unwrap_or_default();
+        LAST_PANIC.with(|p| *p.borrow_mut() = Some(format!("{message}{location}")));
+    }));
+}

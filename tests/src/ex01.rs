@@ -1,0 +1,42 @@
+//! Exercise 01: naive attention.
+
+use std::rc::Rc;
+
+use ndarray::Array4;
+use reference::{AttentionError, AttentionOptions, AttentionOutput};
+
+use crate::check::Check;
+use crate::forward::forward_checks;
+
+/// What a solution of exercise 01 provides. The hidden test binary implements it with the
+/// learner's `ex01::attention`; the self-check with `lesson01` and with planted-bug mutants.
+pub trait Exercise01 {
+    /// Naive attention following the course contract.
+    fn attention(
+        &self,
+        q: &Array4<f32>,
+        k: &Array4<f32>,
+        v: &Array4<f32>,
+        options: &AttentionOptions,
+    ) -> Result<AttentionOutput<f32>, AttentionError>;
+}
+
+/// The graded checks of exercise 01.
+pub fn checks(solution: impl Exercise01 + 'static) -> Vec<Check> {
+    forward_checks(Rc::new(move |q: &_, k: &_, v: &_, o: &_| solution.attention(q, k, v, o)))
+}
+
+/// The lesson's implementation: the reference solution.
+pub struct Lesson;
+
+impl Exercise01 for Lesson {
+    fn attention(
+        &self,
+        q: &Array4<f32>,
+        k: &Array4<f32>,
+        v: &Array4<f32>,
+        options: &AttentionOptions,
+    ) -> Result<AttentionOutput<f32>, AttentionError> {
+        lesson01::attention(q, k, v, options)
+    }
+}

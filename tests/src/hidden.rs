@@ -1,0 +1,109 @@
+//! The `main` of every hidden test binary (`tests/hidden/exNN.rs`): run the exercise's checks,
+//! print one line per check (with the smallest failing input and a hint for failures), and end
+//! with a machine-readable line `GRADE exNN <status> <passed>/<total>` for `cargo grade`.
+
+use std::fmt;
+use std::process::ExitCode;
+
+use crate::check::{Check, Outcome, quiet_panics};
+
+/// Where an exercise stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// Every check passes.
+    Done,
+    /// At least one check fails.
+    Failing,
+    /// No check fails, but the code still reaches a `todo!()`.
+    NotStarted,
+}
+
+impl Status {
+    /// The status of an exercise whose checks ended with `outcomes`.
+    pub fn of(outcomes: &[Outcome]) -> Self {
+        if outcomes.iter().any(|o| matches!(o, Outcome::Failed(_))) {
+            Self::Failing
+        } else if outcomes.contains(&Outcome::NotStarted) {
+            Self::NotStarted
+        } else {
+            Self::Done
+        }
+    }
+
+    /// The word used in the progress file and the `GRADE` line.
+    pub fn word(self) -> &'static str {
+        match self {
+            Self::Done => "done",
+            Self::Failing => "failing",
+            Self::NotStarted => "not-started",
+        }
+    }
+
+    /// Parses [`Status::word`].
+    pub fn from_word(word: &str) -> Option<Self> {
+        [Self::Done, Self::Failing, Self::NotStarted].into_iter().find(|s| s.word() == word)
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.word().replace('-', " "))
+    }
+}
+
+/// Runs `checks` for `exercise`, prints the report, and returns success only if all pass.
+pub fn run(exercise: &str, title: &str, checks: Vec<Check>) -> ExitCode {
+    quiet_panics();
+    println!("{exercise}: {title}");
+    let mut outcomes = Vec::new();
+    for check in &checks {
+        let outcome = check.run();
+        print!("{}", report_line(check, &outcome));
+        outcomes.push(outcome);
+    }
+    let status = Status::of(&outcomes);
+    let passed = outcomes.iter().filter(|o| **o == Outcome::Passed).count();
+    println!("\n{exercise}: {status} ({passed} of {} checks pass)", checks.len());
+    println!("GRADE {exercise} {} {passed}/{}", status.word(), checks.len());
+    if status == Status::Done { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+/// `  PASS name`, `  TODO name`, or `  FAIL name` followed by the failure and the hint.
+pub fn report_line(check: &Check, outcome: &Outcome) -> String {
+    match outcome {
+        Outcome::Passed => format!("  PASS  {}\n", check.name),
+        Outcome::NotStarted => format!("  TODO  {} (reaches todo!())\n", check.name),
+        Outcome::Failed(why) => {
+            let why: String = why.lines().map(|l| format!("        {l}\n")).collect();
+            format!("  FAIL  {}\n{why}        hint: {}\n", check.name, check.hint)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_follows_the_worst_outcome() {
+        let (pass, todo, fail) =
+            (Outcome::Passed, Outcome::NotStarted, Outcome::Failed("x".into()));
+        assert_eq!(Status::of(&[pass.clone(), pass.clone()]), Status::Done);
+        assert_eq!(Status::of(&[pass.clone(), todo.clone()]), Status::NotStarted);
+        assert_eq!(Status::of(&[todo, fail, pass]), Status::Failing);
+        for s in [Status::Done, Status::Failing, Status::NotStarted] {
+            assert_eq!(Status::from_word(s.word()), Some(s));
+        }
+    }
+
+    #[test]
+    fn a_failure_shows_its_input_and_hint() {
+        let check = Check::new("a check", "look here", || Ok(()));
+        let line =
+            report_line(&check, &Outcome::Failed("smallest failing input: B=1\nerror".into()));
+        assert_eq!(
+            line,
+            "  FAIL  a check\n        smallest failing input: B=1\n        error\n        hint: look here\n"
+        );
+    }
+}

@@ -1,0 +1,330 @@
+//! Planted-bug implementations ("mutants") of every exercise: each carries exactly one classic
+//! mistake. The self-check proves that the hidden checks catch every one of them.
+//!
+//! Each exercise has one small implementation with a switch per bug, written plainly (loops
+//! over rows and keys) so that the mistake is easy to see.
+
+use ndarray::{Array1, Array2, Array4, ArrayView1, s};
+use reference::layout::{bhsd_to_bshd, bshd_to_bhsd};
+use reference::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
+
+use crate::ex01::Exercise01;
+use crate::ex02::{Exercise02, State};
+use crate::ex03::Exercise03;
+
+/// Classic mistakes in naive attention (exercise 01).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NaiveBug {
+    /// Scores not multiplied by `1/sqrt(D)`.
+    NoScale,
+    /// The causal flag is ignored.
+    CausalIgnored,
+    /// Each query sees one key too many (the mask is shifted by one).
+    MaskOffByOne,
+    /// `e^S` without subtracting the row maximum: overflows on large logits.
+    MaxNotSubtracted,
+    /// The logsumexp stored as `ln(l)` instead of `m + ln(l)`.
+    LseWithoutMax,
+    /// Inputs read as `[B, N, H, D]`: attention over heads instead of positions.
+    HeadsAsSequence,
+}
+
+impl NaiveBug {
+    /// Every planted bug.
+    pub const ALL: [Self; 6] = [
+        Self::NoScale,
+        Self::CausalIgnored,
+        Self::MaskOffByOne,
+        Self::MaxNotSubtracted,
+        Self::LseWithoutMax,
+        Self::HeadsAsSequence,
+    ];
+}
+
+impl Exercise01 for NaiveBug {
+    fn attention(
+        &self,
+        q: &Array4<f32>,
+        k: &Array4<f32>,
+        v: &Array4<f32>,
+        options: &AttentionOptions,
+    ) -> Result<AttentionOutput<f32>, AttentionError> {
+        if *self == Self::HeadsAsSequence {
+            let out = naive(&bshd_to_bhsd(q), &bshd_to_bhsd(k), &bshd_to_bhsd(v), options, None)?;
+            let lse = out.lse.permuted_axes([0, 2, 1]).as_standard_layout().into_owned();
+            return Ok(AttentionOutput { o: bhsd_to_bshd(&out.o), lse });
+        }
+        naive(q, k, v, options, Some(*self))
+    }
+}
+
+fn naive(
+    q: &Array4<f32>,
+    k: &Array4<f32>,
+    v: &Array4<f32>,
+    options: &AttentionOptions,
+    bug: Option<NaiveBug>,
+) -> Result<AttentionOutput<f32>, AttentionError> {
+    let shape = AttentionShape::of(q, k, v)?;
+    let mut scale = options.scale_for(shape.head_dim)?;
+    if bug == Some(NaiveBug::NoScale) {
+        scale = 1.0;
+    }
+    let mut out = AttentionOutput::empty(&shape);
+    for (b, h, i) in rows(&shape) {
+        let visible = match bug {
+            Some(NaiveBug::CausalIgnored) => shape.kv_len,
+            Some(NaiveBug::MaskOffByOne) => shape.visible_keys(i + 1, options.causal),
+            _ => shape.visible_keys(i, options.causal),
+        };
+        if visible == 0 {
+            continue;
+        }
+        let query = q.slice(s![b, h, i, ..]);
+        let scores: Vec<f32> =
+            (0..visible).map(|j| scale * query.dot(&k.slice(s![b, h, j, ..]))).collect();
+        let max = if bug == Some(NaiveBug::MaxNotSubtracted) { 0.0 } else { row_max(&scores) };
+        let weights: Vec<f32> = scores.iter().map(|&x| (x - max).exp()).collect();
+        let sum: f32 = weights.iter().sum();
+        let o = weighted_sum(&weights, |j| v.slice(s![b, h, j, ..])) / sum;
+        out.o.slice_mut(s![b, h, i, ..]).assign(&o);
+        out.lse[[b, h, i]] =
+            if bug == Some(NaiveBug::LseWithoutMax) { sum.ln() } else { max + sum.ln() };
+    }
+    Ok(out)
+}
+
+/// Classic mistakes in online softmax and online attention (exercise 02).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnlineBug {
+    /// "Safe" softmax that does not subtract the maximum.
+    SafeWithoutMax,
+    /// `push` adds `e^(x - m')` but does not rescale the old sum.
+    PushWithoutRescale,
+    /// `merge` rescales only the first state.
+    MergeRescalesOneSide,
+    /// `merge` of two empty states computes `e^(-inf - -inf)` = NaN.
+    MergeWithoutEmptyGuard,
+    /// Online attention rescales `l` but not the output accumulator.
+    AccumulatorNotRescaled,
+    /// Online attention forgets `1/sqrt(D)`.
+    NoScale,
+}
+
+impl OnlineBug {
+    /// Every planted bug.
+    pub const ALL: [Self; 6] = [
+        Self::SafeWithoutMax,
+        Self::PushWithoutRescale,
+        Self::MergeRescalesOneSide,
+        Self::MergeWithoutEmptyGuard,
+        Self::AccumulatorNotRescaled,
+        Self::NoScale,
+    ];
+}
+
+impl Exercise02 for OnlineBug {
+    fn safe_softmax(&self, x: &[f32]) -> Vec<f32> {
+        if *self == Self::SafeWithoutMax {
+            lesson02::naive_softmax(x)
+        } else {
+            lesson02::safe_softmax(x)
+        }
+    }
+
+    fn push(&self, (max, sum): State, x: f32) -> State {
+        let new_max = max.max(x);
+        if new_max == f32::NEG_INFINITY {
+            return (max, sum);
+        }
+        let carried =
+            if *self == Self::PushWithoutRescale { sum } else { sum * (max - new_max).exp() };
+        (new_max, carried + (x - new_max).exp())
+    }
+
+    fn merge(&self, a: State, b: State) -> State {
+        let max = a.0.max(b.0);
+        if max == f32::NEG_INFINITY && *self != Self::MergeWithoutEmptyGuard {
+            return (f32::NEG_INFINITY, 0.0);
+        }
+        let b_part =
+            if *self == Self::MergeRescalesOneSide { b.1 } else { b.1 * (b.0 - max).exp() };
+        (max, a.1 * (a.0 - max).exp() + b_part)
+    }
+
+    fn online_softmax(&self, x: &[f32]) -> Vec<f32> {
+        let (max, sum) = x.iter().fold((f32::NEG_INFINITY, 0.0), |st, &xi| self.push(st, xi));
+        x.iter().map(|&xi| if sum > 0.0 { (xi - max).exp() / sum } else { 0.0 }).collect()
+    }
+
+    fn attention(
+        &self,
+        q: &Array4<f32>,
+        k: &Array4<f32>,
+        v: &Array4<f32>,
+        options: &AttentionOptions,
+    ) -> Result<AttentionOutput<f32>, AttentionError> {
+        let shape = AttentionShape::of(q, k, v)?;
+        let mut scale = options.scale_for(shape.head_dim)?;
+        if *self == Self::NoScale {
+            scale = 1.0;
+        }
+        let mut out = AttentionOutput::empty(&shape);
+        for (b, h, i) in rows(&shape) {
+            let (mut state, mut acc) =
+                ((f32::NEG_INFINITY, 0.0), Array1::<f32>::zeros(shape.head_dim));
+            for j in 0..shape.visible_keys(i, options.causal) {
+                let score = scale * q.slice(s![b, h, i, ..]).dot(&k.slice(s![b, h, j, ..]));
+                let new = self.push(state, score);
+                if *self != Self::AccumulatorNotRescaled {
+                    acc *= (state.0 - new.0).exp();
+                }
+                acc.scaled_add((score - new.0).exp(), &v.slice(s![b, h, j, ..]));
+                state = new;
+            }
+            if state.1 > 0.0 {
+                out.o.slice_mut(s![b, h, i, ..]).assign(&(acc / state.1));
+                out.lse[[b, h, i]] = state.0 + state.1.ln();
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Classic mistakes in the tiled forward (exercise 03).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TiledBug {
+    /// Scores not multiplied by `1/sqrt(D)`.
+    NoScale,
+    /// Neither `l` nor `acc` rescaled by `e^(m_old - m_new)` when the maximum grows.
+    MissingRescale,
+    /// `l` rescaled, the output accumulator not.
+    AccumulatorNotRescaled,
+    /// Each query sees one key too many on the diagonal tiles.
+    MaskOffByOne,
+    /// The last, shorter query tile is never computed.
+    QueryTailIgnored,
+    /// The last, shorter key tile is never read.
+    KeyTailIgnored,
+    /// The logsumexp stored as `ln(l)` instead of `m + ln(l)`.
+    LseWithoutMax,
+    /// Key tiles skipped from the first row's last visible key, not the last row's.
+    SkipTooEager,
+}
+
+impl TiledBug {
+    /// Every planted bug.
+    pub const ALL: [Self; 8] = [
+        Self::NoScale,
+        Self::MissingRescale,
+        Self::AccumulatorNotRescaled,
+        Self::MaskOffByOne,
+        Self::QueryTailIgnored,
+        Self::KeyTailIgnored,
+        Self::LseWithoutMax,
+        Self::SkipTooEager,
+    ];
+}
+
+impl Exercise03 for TiledBug {
+    fn attention(
+        &self,
+        q: &Array4<f32>,
+        k: &Array4<f32>,
+        v: &Array4<f32>,
+        options: &AttentionOptions,
+        query_rows: usize,
+        key_cols: usize,
+    ) -> Result<AttentionOutput<f32>, AttentionError> {
+        let shape = AttentionShape::of(q, k, v)?;
+        let bug = *self;
+        let mut scale = options.scale_for(shape.head_dim)?;
+        if bug == Self::NoScale {
+            scale = 1.0;
+        }
+        for (which, value) in [("query rows (Br)", query_rows), ("key columns (Bc)", key_cols)] {
+            if value == 0 {
+                return Err(AttentionError::InvalidTileSize { which, value });
+            }
+        }
+        let whole = |n: usize, tile: usize| n / tile * tile; // where a tail-ignoring loop stops
+        let q_end = if bug == Self::QueryTailIgnored {
+            whole(shape.q_len, query_rows)
+        } else {
+            shape.q_len
+        };
+        let k_end =
+            if bug == Self::KeyTailIgnored { whole(shape.kv_len, key_cols) } else { shape.kv_len };
+        let mut out = AttentionOutput::empty(&shape);
+        for (b, h) in (0..shape.batch).flat_map(|b| (0..shape.heads).map(move |h| (b, h))) {
+            for r0 in (0..q_end).step_by(query_rows) {
+                let rows = r0..(r0 + query_rows).min(shape.q_len);
+                let n = rows.len();
+                let (mut m, mut l) = (vec![f32::NEG_INFINITY; n], vec![0.0f32; n]);
+                let mut acc = Array2::<f32>::zeros((n, shape.head_dim));
+                let skip_from_row =
+                    if bug == Self::SkipTooEager { rows.start } else { rows.end - 1 };
+                let key_limit = shape.visible_keys(skip_from_row, options.causal);
+                for c0 in (0..k_end).step_by(key_cols).take_while(|&c0| c0 < key_limit) {
+                    let keys = c0..(c0 + key_cols).min(shape.kv_len);
+                    for (r, i) in rows.clone().enumerate() {
+                        let seen = if bug == Self::MaskOffByOne { i + 1 } else { i };
+                        let visible = shape.visible_keys(seen, options.causal);
+                        let query = q.slice(s![b, h, i, ..]);
+                        let scores: Vec<f32> = keys
+                            .clone()
+                            .map(|j| {
+                                if j < visible {
+                                    scale * query.dot(&k.slice(s![b, h, j, ..]))
+                                } else {
+                                    f32::NEG_INFINITY
+                                }
+                            })
+                            .collect();
+                        let new_max = m[r].max(row_max(&scores));
+                        if new_max == f32::NEG_INFINITY {
+                            continue;
+                        }
+                        let correction =
+                            if bug == Self::MissingRescale { 1.0 } else { (m[r] - new_max).exp() };
+                        let p: Vec<f32> = scores.iter().map(|&x| (x - new_max).exp()).collect();
+                        l[r] = l[r] * correction + p.iter().sum::<f32>();
+                        let acc_correction =
+                            if bug == Self::AccumulatorNotRescaled { 1.0 } else { correction };
+                        let pv = weighted_sum(&p, |t| v.slice(s![b, h, keys.start + t, ..]));
+                        let updated = &acc.row(r) * acc_correction + pv;
+                        acc.row_mut(r).assign(&updated);
+                        m[r] = new_max;
+                    }
+                }
+                for (r, i) in rows.enumerate() {
+                    if l[r] > 0.0 {
+                        out.o.slice_mut(s![b, h, i, ..]).assign(&(&acc.row(r) / l[r]));
+                        out.lse[[b, h, i]] =
+                            if bug == Self::LseWithoutMax { l[r].ln() } else { m[r] + l[r].ln() };
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Every `(batch, head, query row)` of `shape`.
+fn rows(shape: &AttentionShape) -> impl Iterator<Item = (usize, usize, usize)> + use<> {
+    let (batch, heads, q_len) = (shape.batch, shape.heads, shape.q_len);
+    (0..batch).flat_map(move |b| (0..heads).flat_map(move |h| (0..q_len).map(move |i| (b, h, i))))
+}
+
+fn row_max(scores: &[f32]) -> f32 {
+    scores.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x))
+}
+
+/// `sum_j weights[j] * value(j)`.
+fn weighted_sum<'a>(weights: &[f32], value: impl Fn(usize) -> ArrayView1<'a, f32>) -> Array1<f32> {
+    let mut sum = Array1::zeros(value(0).len());
+    for (j, &w) in weights.iter().enumerate() {
+        sum.scaled_add(w, &value(j));
+    }
+    sum
+}

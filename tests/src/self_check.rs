@@ -1,0 +1,89 @@
+//! The maintainers' check of the hidden tests themselves: each lesson (the reference solution)
+//! passes every check of its exercise, and each planted-bug mutant fails at least one.
+//! (That every untouched stub reports "not started" is checked by `cargo grade --self-check`,
+//! which builds the exercise crates.)
+
+use crate::check::{Check, Outcome};
+use crate::mutants::{NaiveBug, OnlineBug, TiledBug};
+use crate::{ex01, ex02, ex03};
+
+/// What the self-check found for one exercise.
+pub struct Report {
+    /// `ex01`, ...
+    pub exercise: &'static str,
+    /// Checks the lesson failed, with why (must be empty).
+    pub lesson_failures: Vec<String>,
+    /// Each mutant, and the first check that caught it (`None`: not caught).
+    pub mutants: Vec<(String, Option<&'static str>)>,
+}
+
+impl Report {
+    /// The lesson passes everything and every mutant is caught.
+    pub fn ok(&self) -> bool {
+        self.lesson_failures.is_empty() && self.mutants.iter().all(|(_, caught)| caught.is_some())
+    }
+}
+
+/// Runs the lesson and every mutant of every exercise through the exercise's checks.
+pub fn run() -> Vec<Report> {
+    vec![
+        report(
+            "ex01",
+            ex01::checks(ex01::Lesson),
+            NaiveBug::ALL.map(|b| (format!("{b:?}"), ex01::checks(b))),
+        ),
+        report(
+            "ex02",
+            ex02::checks(ex02::Lesson),
+            OnlineBug::ALL.map(|b| (format!("{b:?}"), ex02::checks(b))),
+        ),
+        report(
+            "ex03",
+            ex03::checks(ex03::Lesson),
+            TiledBug::ALL.map(|b| (format!("{b:?}"), ex03::checks(b))),
+        ),
+    ]
+}
+
+fn report<const N: usize>(
+    exercise: &'static str,
+    lesson: Vec<Check>,
+    mutants: [(String, Vec<Check>); N],
+) -> Report {
+    let lesson_failures = lesson
+        .iter()
+        .filter_map(|c| match c.run() {
+            Outcome::Passed => None,
+            other => Some(format!("{}: {other:?}", c.name)),
+        })
+        .collect();
+    let mutants = mutants
+        .into_iter()
+        .map(|(name, checks)| {
+            let caught = checks.iter().find(|c| c.run() != Outcome::Passed).map(|c| c.name);
+            (name, caught)
+        })
+        .collect();
+    Report { exercise, lesson_failures, mutants }
+}
+
+/// The self-check table: exercise, whether the lesson passes, mutants caught / planted, and
+/// which check caught each mutant.
+pub fn table(reports: &[Report]) -> String {
+    let mut out = format!("{:<9} {:<14} {:<16}\n", "exercise", "lesson passes", "mutants caught");
+    for r in reports {
+        let caught = r.mutants.iter().filter(|(_, c)| c.is_some()).count();
+        let lesson = if r.lesson_failures.is_empty() { "yes" } else { "NO" };
+        out += &format!("{:<9} {:<14} {caught} / {}\n", r.exercise, lesson, r.mutants.len());
+        for failure in &r.lesson_failures {
+            out += &format!("    lesson fails: {failure}\n");
+        }
+        for (mutant, by) in &r.mutants {
+            out += &format!(
+                "    {mutant:<24} {}\n",
+                by.map_or("NOT CAUGHT".to_string(), |c| format!("caught by: {c}"))
+            );
+        }
+    }
+    out
+}

@@ -32,6 +32,13 @@ pub enum AttentionError {
     },
     /// The softmax scale is NaN or infinite.
     InvalidScale(f32),
+    /// The tiles' working set does not fit in the fast memory it must live in.
+    TilesDoNotFit {
+        /// Bytes the tiles need.
+        needed: usize,
+        /// Bytes of fast memory available.
+        available: usize,
+    },
     /// A tile size is zero.
     InvalidTileSize {
         /// Which tile size, e.g. `"query rows (Br)"`.
@@ -61,6 +68,11 @@ impl fmt::Display for AttentionError {
                     "the softmax scale is {scale}; expected a finite number such as 1/sqrt(D)"
                 )
             }
+            Self::TilesDoNotFit { needed, available } => write!(
+                f,
+                "the tiles need {needed} bytes of fast memory but only {available} are available; \
+                 expected smaller tiles or more fast memory"
+            ),
             Self::InvalidTileSize { which, value } => {
                 write!(f, "tile size for {which} is {value}; expected at least 1")
             }

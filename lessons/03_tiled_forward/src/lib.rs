@@ -193,7 +193,7 @@ pub fn classify_tile(
 // ANCHOR_END: classify
 
 /// Sets `S_ij = -inf` for the keys of this tile that row `first_row + i` may not see.
-fn mask_future_keys(
+pub fn mask_future_keys(
     s: &mut ArrayViewMut2<f32>,
     first_row: usize,
     first_key: usize,
@@ -209,14 +209,15 @@ fn mask_future_keys(
 // ANCHOR: running_state
 /// Per query row of a tile: the running max `m`, running sum `l`, and unnormalised output
 /// `acc = sum_j e^(S_j - m) V_j` over the key tiles merged so far.
-struct RunningState {
+pub struct RunningState {
     max: Array1<f32>, // m   [Br]
     sum: Array1<f32>, // l   [Br]
     acc: Array2<f32>, // acc [Br, D]
 }
 
 impl RunningState {
-    fn new(rows: usize, head_dim: usize) -> Self {
+    /// The state of `rows` query rows before any key: `m = -inf`, `l = 0`, `acc = 0`.
+    pub fn new(rows: usize, head_dim: usize) -> Self {
         Self {
             max: Array1::from_elem(rows, f32::NEG_INFINITY),
             sum: Array1::zeros(rows),
@@ -226,7 +227,7 @@ impl RunningState {
 
     /// Merges one key tile: `s` holds `S [Br, Bc]` and is overwritten with `P`; `v` is
     /// `V_t [Bc, D]`.
-    fn update(&mut self, s: &mut ArrayViewMut2<f32>, v: ArrayView2<f32>) {
+    pub fn update(&mut self, s: &mut ArrayViewMut2<f32>, v: ArrayView2<f32>) {
         for (r, mut row) in s.outer_iter_mut().enumerate() {
             let tile_max = row.fold(f32::NEG_INFINITY, |m, &x| m.max(x));
             let new_max = self.max[r].max(tile_max);
@@ -249,7 +250,7 @@ impl RunningState {
 
     /// `O = acc / l` and `L = m + ln l`, once, after the last key tile. A row that saw no key
     /// keeps `O = 0` and `L = -inf`.
-    fn finish(self, mut o: ArrayViewMut2<f32>, mut lse: ArrayViewMut1<f32>) {
+    pub fn finish(self, mut o: ArrayViewMut2<f32>, mut lse: ArrayViewMut1<f32>) {
         for r in 0..self.sum.len() {
             if self.sum[r] > 0.0 {
                 let normalised = &self.acc.row(r) / self.sum[r];

@@ -43,6 +43,14 @@ pub fn stages() -> Vec<Stage> {
                 lesson03::attention(q, k, v, o, tiled)
             }),
         },
+        Stage {
+            name: "FlashAttention-1 loop order",
+            package: "lesson04",
+            forward: Box::new(move |q: &_, k: &_, v: &_, o: &_| {
+                // Fast memory is no limit here: the tour compares results, not traffic.
+                lesson04::flash1::attention(q, k, v, o, tiled, usize::MAX).map(|run| run.output)
+            }),
+        },
     ]
 }
 // ANCHOR_END: stages

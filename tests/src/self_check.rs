@@ -4,8 +4,8 @@
 //! which builds the exercise crates.)
 
 use crate::check::{Check, Outcome};
-use crate::mutants::{NaiveBug, OnlineBug, TiledBug};
-use crate::{ex01, ex02, ex03};
+use crate::mutants::{Flash1Bug, NaiveBug, OnlineBug, TiledBug};
+use crate::{ex01, ex02, ex03, ex04};
 
 /// What the self-check found for one exercise.
 pub struct Report {
@@ -41,6 +41,11 @@ pub fn run() -> Vec<Report> {
             "ex03",
             ex03::checks(ex03::Lesson),
             TiledBug::ALL.map(|b| (format!("{b:?}"), ex03::checks(b))),
+        ),
+        report(
+            "ex04",
+            ex04::checks(ex04::Lesson),
+            Flash1Bug::ALL.map(|b| (format!("{b:?}"), ex04::checks(b))),
         ),
     ]
 }

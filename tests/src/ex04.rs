@@ -1,0 +1,205 @@
+//! Exercise 04: causal tile classification and FlashAttention-1's loop order on the counting
+//! two-level memory.
+
+use std::ops::Range;
+use std::rc::Rc;
+
+use lesson03::{TileKind, TileSizes};
+use lesson04::Run;
+use ndarray::Array4;
+use proptest::prelude::*;
+use reference::{AttentionError, AttentionOptions, AttentionShape, Problem, ProblemSpec};
+
+use crate::check::{Check, for_all};
+use crate::forward::forward_checks;
+
+/// What a solution of exercise 04 provides.
+pub trait Exercise04 {
+    /// How the causal mask treats the tile pair `rows x keys` (or `Full` without a mask).
+    fn classify(
+        &self,
+        shape: &AttentionShape,
+        causal: bool,
+        rows: Range<usize>,
+        keys: Range<usize>,
+    ) -> TileKind;
+    /// FlashAttention-1 forward on a `TwoLevelMemory` of `fast_bytes`, with tiles `Br x Bc`.
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        &self,
+        q: &Array4<f32>,
+        k: &Array4<f32>,
+        v: &Array4<f32>,
+        options: &AttentionOptions,
+        query_rows: usize,
+        key_cols: usize,
+        fast_bytes: usize,
+    ) -> Result<Run, AttentionError>;
+}
+
+/// Fast memory large enough for any tile the checks draw.
+const AMPLE: usize = 1 << 30;
+
+/// Shapes and tiles for the IO checks: B, H, Nq, Nkv, D, Br, Bc.
+fn io_sizes() -> impl Strategy<Value = (usize, usize, usize, usize, usize, usize, usize)> {
+    (1..=2usize, 1..=2usize, 1..=40usize, 1..=40usize, 1..=16usize, 1..=12usize, 1..=12usize)
+}
+
+/// The graded checks of exercise 04.
+pub fn checks(solution: impl Exercise04 + 'static) -> Vec<Check> {
+    let s = Rc::new(solution);
+    let mut checks = Vec::new();
+    let x = s.clone();
+    checks.push(Check::new(
+        "tile classification agrees with the mask, element by element",
+        "A tile is Skipped iff its LAST row sees none of its keys, Masked iff some row (its first \
+         row sees the fewest) misses some key, Full otherwise. Visible keys of row i: \
+         0..shape.visible_keys(i, true).",
+        move || {
+            let strategy = (1..=30usize, 1..=30usize, 1..=8usize, 1..=8usize);
+            for_all(256, strategy, |(nq, nkv, br, bc)| {
+                let shape = AttentionShape { batch: 1, heads: 1, q_len: nq, kv_len: nkv, head_dim: 1 };
+                for r0 in (0..nq).step_by(br) {
+                    for c0 in (0..nkv).step_by(bc) {
+                        let (rows, keys) = (r0..(r0 + br).min(nq), c0..(c0 + bc).min(nkv));
+                        let seen = rows.clone().flat_map(|i| keys.clone().map(move |j| (i, j)));
+                        let visible: Vec<bool> = seen.map(|(i, j)| j < shape.visible_keys(i, true)).collect();
+                        let expected = if visible.iter().all(|&v| !v) {
+                            TileKind::Skipped
+                        } else if visible.iter().all(|&v| v) {
+                            TileKind::Full
+                        } else {
+                            TileKind::Masked
+                        };
+                        let got = x.classify(&shape, true, rows.clone(), keys.clone());
+                        if got != expected {
+                            return Err(format!("rows {rows:?} x keys {keys:?} of Nq={nq}, Nkv={nkv}: {got:?}, expected {expected:?}"));
+                        }
+                        if x.classify(&shape, false, rows.clone(), keys.clone()) != TileKind::Full {
+                            return Err(format!("without a mask every tile is Full; rows {rows:?} x keys {keys:?} was not"));
+                        }
+                    }
+                }
+                Ok(())
+            })
+        },
+    ));
+    let x = s.clone();
+    checks.extend(forward_checks(Rc::new(move |q: &_, k: &_, v: &_, o: &_| {
+        x.attention(q, k, v, o, 7, 5, AMPLE).map(|r| r.output)
+    })));
+    let x = s.clone();
+    checks.push(Check::new(
+        "bytes moved: the FlashAttention-1 closed form",
+        "Per head: load K and V tiles once each; per (K/V tile, Q tile) pair load Q_i, O_i, m_i, l_i \
+         and store O_i, m_i, l_i; at the end load m and l once more and store L. Move data only \
+         through mem.load and mem.store.",
+        move || {
+            for_all(96, io_sizes(), |(b, h, nq, nkv, d, br, bc)| {
+                let p = Problem::random(&ProblemSpec::new(b, h, nq, nkv, d), 1);
+                let run = x.attention(&p.q, &p.k, &p.v, &p.options, br, bc, AMPLE).map_err(|e| e.to_string())?;
+                let (tk, heads) = (nkv.div_ceil(bc), b * h);
+                let read = 4 * heads * (2 * nkv * d + tk * (2 * nq * d + 2 * nq) + 2 * nq);
+                let written = 4 * heads * (tk * (nq * d + 2 * nq) + nq);
+                let t = run.traffic;
+                if (t.bytes_read, t.bytes_written) == (read, written) {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "B={b} H={h} Nq={nq} Nkv={nkv} D={d} tiles {br}x{bc}: read {} and wrote {} bytes, expected {read} and {written}",
+                        t.bytes_read, t.bytes_written
+                    ))
+                }
+            })
+        },
+    ));
+    let x = s.clone();
+    checks.push(Check::new(
+        "causal: tiles counted, and skipped tiles never loaded",
+        "Count every (K/V tile, Q tile) pair with TileCounts::add(kind). For a Skipped pair do not \
+         load Q_i, O_i, m_i or l_i at all.",
+        move || {
+            for (t, tile, d) in [(1, 4, 3), (3, 4, 8), (6, 5, 2)] {
+                let n = t * tile;
+                let p = Problem::random(&ProblemSpec::new(1, 1, n, n, d).causal(true), 2);
+                let run = x
+                    .attention(&p.q, &p.k, &p.v, &p.options, tile, tile, AMPLE)
+                    .map_err(|e| e.to_string())?;
+                let expected = lesson04::TileCounts {
+                    full: t * (t - 1) / 2,
+                    masked: t,
+                    skipped: t * (t - 1) / 2,
+                };
+                if run.tiles != expected {
+                    return Err(format!(
+                        "{t}x{t} tiles of {tile}: counted {:?}, expected {expected:?}",
+                        run.tiles
+                    ));
+                }
+                let visited = t * (t + 1) / 2;
+                let read = 4 * (2 * n * d + visited * (2 * tile * d + 2 * tile) + 2 * n);
+                if run.traffic.bytes_read != read {
+                    return Err(format!(
+                        "{t}x{t} tiles of {tile}, D={d}: read {} bytes, expected {read}",
+                        run.traffic.bytes_read
+                    ));
+                }
+            }
+            Ok(())
+        },
+    ));
+    let x = s;
+    checks.push(Check::new(
+        "tiles that do not fit in fast memory are a TilesDoNotFit error",
+        "Reserve the working set first: mem.reserve(working_set_bytes(tiles, d))?.",
+        move || {
+            let z = Array4::<f32>::zeros((1, 1, 8, 4));
+            let needed =
+                lesson04::working_set_bytes(TileSizes::new(4, 4).map_err(|e| e.to_string())?, 4);
+            match x.attention(&z, &z, &z, &AttentionOptions::new(), 4, 4, needed - 1) {
+                Err(AttentionError::TilesDoNotFit { .. }) => Ok(()),
+                Err(e) => Err(format!("expected TilesDoNotFit, got `{e}`")),
+                Ok(_) => Err(format!(
+                    "{} bytes are too few for 4x4 tiles, D = 4, but it ran",
+                    needed - 1
+                )),
+            }
+        },
+    ));
+    checks
+}
+
+/// The lesson's implementation: the reference solution.
+pub struct Lesson;
+
+impl Exercise04 for Lesson {
+    fn classify(
+        &self,
+        shape: &AttentionShape,
+        causal: bool,
+        rows: Range<usize>,
+        keys: Range<usize>,
+    ) -> TileKind {
+        lesson03::classify_tile(shape, causal, rows, keys)
+    }
+
+    fn attention(
+        &self,
+        q: &Array4<f32>,
+        k: &Array4<f32>,
+        v: &Array4<f32>,
+        options: &AttentionOptions,
+        query_rows: usize,
+        key_cols: usize,
+        fast_bytes: usize,
+    ) -> Result<Run, AttentionError> {
+        lesson04::flash1::attention(
+            q,
+            k,
+            v,
+            options,
+            TileSizes::new(query_rows, key_cols)?,
+            fast_bytes,
+        )
+    }
+}

@@ -10,7 +10,8 @@ use ndarray::{Array4, s};
 
 use crate::strategies::Case;
 use crate::{
-    AttentionError, AttentionOptions, AttentionOutput, Problem, Tolerance, check_output, oracle,
+    AttentionError, AttentionOptions, AttentionOutput, Gradients, Problem, Tolerance, check_output,
+    compare, oracle,
 };
 
 /// The signature every forward implementation has (extra parameters, such as tile sizes, are
@@ -96,6 +97,72 @@ pub fn check_heads_independent(
     }
     Ok(())
 }
+
+/// The signature of every backward implementation: `q`, `k`, `v`, options, the forward pass's
+/// `O` and `L`, and `dO` -> `dQ`, `dK`, `dV`.
+pub trait Backward:
+    Fn(
+    &Array4<f32>,
+    &Array4<f32>,
+    &Array4<f32>,
+    &AttentionOptions,
+    &AttentionOutput<f32>,
+    &Array4<f32>,
+) -> Result<Gradients<f32>, AttentionError>
+{
+}
+
+impl<F> Backward for F where
+    F: Fn(
+        &Array4<f32>,
+        &Array4<f32>,
+        &Array4<f32>,
+        &AttentionOptions,
+        &AttentionOutput<f32>,
+        &Array4<f32>,
+    ) -> Result<Gradients<f32>, AttentionError>
+{
+}
+
+/// A random `dO` for the case's problem: standard normal, shaped like `Q`.
+pub fn random_d_o(case: &Case) -> Array4<f32> {
+    let s = &case.spec;
+    let spec = crate::ProblemSpec::new(s.batch, s.heads, s.q_len, s.q_len, s.head_dim);
+    Problem::random(&spec, case.seed ^ 0x5EED_D0D0).q
+}
+
+// ANCHOR: check_backward
+/// `backward` agrees with the f64 oracle's gradients on the case's problem. It is given the
+/// oracle's `O` and `L` rounded to f32 (the best forward output f32 can hold) and a random
+/// `dO`; `dQ`, `dK` and `dV` must each be within `tolerance` grown by the logit bound.
+pub fn check_backward_against_oracle(
+    backward: &(impl Backward + ?Sized),
+    case: &Case,
+    tolerance: Tolerance,
+) -> Result<(), String> {
+    let p = case.problem();
+    let d_o = random_d_o(case);
+    let forward = oracle::attention(&p.q, &p.k, &p.v, &p.options).map_err(|e| e.to_string())?;
+    let forward =
+        AttentionOutput { o: forward.o.mapv(|x| x as f32), lse: forward.lse.mapv(|x| x as f32) };
+    let expected = oracle::attention_backward(&p.q, &p.k, &p.v, &p.options, &d_o)
+        .map_err(|e| e.to_string())?;
+    let got = backward(&p.q, &p.k, &p.v, &p.options, &forward, &d_o)
+        .map_err(|e| format!("returned an error: {e}"))?;
+    let tolerance = tolerance.for_logits(logit_bound(&p));
+    for (name, actual, expected) in [
+        ("dQ", &got.dq, &expected.dq),
+        ("dK", &got.dk, &expected.dk),
+        ("dV", &got.dv, &expected.dv),
+    ] {
+        let c = compare(name, actual, expected, tolerance)?;
+        if !c.passed() {
+            return Err(c.to_string());
+        }
+    }
+    Ok(())
+}
+// ANCHOR_END: check_backward
 
 /// `L_i >= max_j S_ij`: the logsumexp of a row is never below its largest visible score
 /// (up to f32 rounding of the scores).

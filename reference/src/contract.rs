@@ -116,6 +116,25 @@ impl AttentionShape {
     }
 }
 
+/// Checks that `tensor` has exactly the shape of `reference` (for example `dO` and `Q`, or
+/// `O` and `Q`), naming the first axis that differs.
+pub fn check_same_shape<T, U>(
+    tensor: &'static str,
+    x: &Array4<T>,
+    against: &'static str,
+    reference: &Array4<U>,
+) -> Result<(), AttentionError> {
+    let (x, r): ([usize; 4], [usize; 4]) = (x.dim().into(), reference.dim().into());
+    (0..4).try_for_each(|axis| check_axis(tensor, x, against, r, axis))
+}
+
+/// Checks that a logsumexp `lse` has the shape `[B, H, Nq]` of `q [B, H, Nq, D]`.
+pub fn check_lse_shape<T, U>(lse: &Array3<T>, q: &Array4<U>) -> Result<(), AttentionError> {
+    let (l, q): ([usize; 3], [usize; 4]) = (lse.dim().into(), q.dim().into());
+    let as_4d = [l[0], l[1], l[2], q[3]]; // L has no head_dim axis to compare
+    (0..3).try_for_each(|axis| check_axis("L", as_4d, "Q", q, axis))
+}
+
 fn check_axis(
     tensor: &'static str,
     shape: [usize; 4],

@@ -24,6 +24,9 @@ pub mod problem;
 pub mod strategies;
 
 pub use compare::{Comparison, Tolerance, assert_close, check_output, compare};
-pub use contract::{AttentionOptions, AttentionOutput, AttentionShape};
+pub use contract::{
+    AttentionOptions, AttentionOutput, AttentionShape, check_lse_shape, check_same_shape,
+};
 pub use error::AttentionError;
+pub use oracle::Gradients;
 pub use problem::{Problem, ProblemSpec};

@@ -3,7 +3,7 @@
 //! Every stage of the course is tested against this function. It is written for obviousness,
 //! not speed: it materialises the whole score matrix of one head and works row by row.
 
-use ndarray::{Array2, Array3, Array4, ArrayView2, s};
+use ndarray::{Array2, Array3, Array4, ArrayView2, Axis, s};
 
 use crate::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
 
@@ -74,6 +74,81 @@ pub fn row_max_scores(
     }
     Ok(maxima)
 }
+
+/// The gradients of a scalar loss with respect to Q, K and V, given `dO = dLoss/dO`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gradients<T> {
+    /// `dQ [B, H, Nq, D]`
+    pub dq: Array4<T>,
+    /// `dK [B, H, Nkv, D]`
+    pub dk: Array4<T>,
+    /// `dV [B, H, Nkv, D]`
+    pub dv: Array4<T>,
+}
+
+// ANCHOR: backward
+/// The attention backward pass in f64, straight from the chain rule, with every matrix
+/// materialised. For one head, with `P` the softmax weights (0 where masked):
+///
+/// $$ dV = P^\top dO,\quad dP = dO\,V^\top,\quad D_i = \textstyle\sum_j P_{ij}\,dP_{ij}
+///    = dO_i \cdot O_i,\quad dS = P \circ (dP - D),$$
+/// $$ dQ = \mathrm{scale}\cdot dS\,K,\qquad dK = \mathrm{scale}\cdot dS^\top Q . $$
+pub fn attention_backward(
+    q: &Array4<f32>,
+    k: &Array4<f32>,
+    v: &Array4<f32>,
+    options: &AttentionOptions,
+    d_o: &Array4<f32>,
+) -> Result<Gradients<f64>, AttentionError> {
+    let shape = AttentionShape::of(q, k, v)?;
+    crate::contract::check_same_shape("dO", d_o, "Q", q)?;
+    let scale = f64::from(options.scale_for(shape.head_dim)?);
+    let mut grads = Gradients {
+        dq: Array4::zeros(q.dim()),
+        dk: Array4::zeros(k.dim()),
+        dv: Array4::zeros(v.dim()),
+    };
+    for b in 0..shape.batch {
+        for h in 0..shape.heads {
+            let head = |x: &Array4<f32>| to_f64(x.slice(s![b, h, .., ..]));
+            let (q, k, v, d_o) = (head(q), head(k), head(v), head(d_o));
+            let p = probabilities(&q, &k, scale, &shape, options.causal); // [Nq, Nkv]
+            let d_v = p.t().dot(&d_o);
+            let d_p = d_o.dot(&v.t());
+            let d = (&p * &d_p).sum_axis(Axis(1)); // D_i = sum_j P_ij dP_ij
+            let d_s = &p * &(&d_p - &d.insert_axis(Axis(1)));
+            grads.dq.slice_mut(s![b, h, .., ..]).assign(&(d_s.dot(&k) * scale));
+            grads.dk.slice_mut(s![b, h, .., ..]).assign(&(d_s.t().dot(&q) * scale));
+            grads.dv.slice_mut(s![b, h, .., ..]).assign(&d_v);
+        }
+    }
+    Ok(grads)
+}
+
+/// The softmax weights `P [Nq, Nkv]` of one head, 0 for masked entries and for rows that see
+/// no key.
+fn probabilities(
+    q: &Array2<f64>,
+    k: &Array2<f64>,
+    scale: f64,
+    shape: &AttentionShape,
+    causal: bool,
+) -> Array2<f64> {
+    let mut p = q.dot(&k.t()) * scale;
+    for (i, mut row) in p.outer_iter_mut().enumerate() {
+        let visible = shape.visible_keys(i, causal);
+        let max = row.slice(s![..visible]).fold(f64::NEG_INFINITY, |m, &x| m.max(x));
+        row.slice_mut(s![visible..]).fill(0.0);
+        if visible > 0 {
+            let mut seen = row.slice_mut(s![..visible]);
+            seen.mapv_inplace(|x| (x - max).exp());
+            let sum = seen.sum();
+            seen /= sum;
+        }
+    }
+    p
+}
+// ANCHOR_END: backward
 
 fn to_f64(x: ArrayView2<f32>) -> Array2<f64> {
     x.mapv(f64::from)
@@ -168,5 +243,75 @@ mod tests {
         let maxima = row_max_scores(&q, &k, &v, &opts).unwrap();
         // Row 0 sees key 0 only (score 3); row 1 sees scores 6 and -2.
         assert_eq!(maxima.as_slice().unwrap(), &[3.0, 6.0]);
+    }
+
+    /// `sum(O * dO)` in f64 for f64 inputs of one head: the loss whose gradient is the backward
+    /// pass given `dO`.
+    fn loss(
+        q: &Array2<f64>,
+        k: &Array2<f64>,
+        v: &Array2<f64>,
+        d_o: &Array2<f64>,
+        shape: &AttentionShape,
+        causal: bool,
+    ) -> f64 {
+        let scale = 1.0 / (q.ncols() as f64).sqrt();
+        (probabilities(q, k, scale, shape, causal).dot(v) * d_o).sum()
+    }
+
+    #[test]
+    fn backward_matches_central_finite_differences() {
+        use crate::{Problem, ProblemSpec};
+        for (nq, nkv, causal) in [(3, 4, false), (4, 4, true), (5, 3, true), (2, 6, true)] {
+            let p = Problem::random(&ProblemSpec::new(1, 1, nq, nkv, 3).causal(causal), 17);
+            let d_o = Problem::random(&ProblemSpec::new(1, 1, nq, nq, 3), 18).q;
+            let grads = attention_backward(&p.q, &p.k, &p.v, &p.options, &d_o).unwrap();
+            let shape = AttentionShape { batch: 1, heads: 1, q_len: nq, kv_len: nkv, head_dim: 3 };
+            let head = |x: &Array4<f32>| x.slice(s![0, 0, .., ..]).mapv(f64::from);
+            let (q, k, v, d_o) = (head(&p.q), head(&p.k), head(&p.v), head(&d_o));
+            let h = 1e-6;
+            for (name, analytic, which) in
+                [("dQ", &grads.dq, 0), ("dK", &grads.dk, 1), ("dV", &grads.dv, 2)]
+            {
+                let base = [&q, &k, &v][which];
+                for ((i, j), _) in base.indexed_iter() {
+                    let shifted = |delta: f64| {
+                        let mut x = [q.clone(), k.clone(), v.clone()];
+                        x[which][[i, j]] += delta;
+                        loss(&x[0], &x[1], &x[2], &d_o, &shape, causal)
+                    };
+                    let numeric = (shifted(h) - shifted(-h)) / (2.0 * h);
+                    let exact = analytic[[0, 0, i, j]];
+                    assert!(
+                        (numeric - exact).abs() < 1e-6 * (1.0 + exact.abs()),
+                        "{name}[{i},{j}] Nq={nq} Nkv={nkv} causal={causal}: analytic {exact}, numeric {numeric}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn backward_weights_are_the_forward_weights() {
+        use crate::{Problem, ProblemSpec};
+        let p = Problem::random(&ProblemSpec::new(1, 1, 5, 3, 4).causal(true), 2);
+        let shape = AttentionShape::of(&p.q, &p.k, &p.v).unwrap();
+        let head = |x: &Array4<f32>| x.slice(s![0, 0, .., ..]).mapv(f64::from);
+        let o = probabilities(&head(&p.q), &head(&p.k), 0.5, &shape, true).dot(&head(&p.v));
+        let expected = attention(&p.q, &p.k, &p.v, &p.options).unwrap().o;
+        for (a, b) in o.iter().zip(expected.iter()) {
+            assert!((a - b).abs() < 1e-12);
+        }
+    }
+
+    #[test]
+    fn backward_rejects_a_do_of_the_wrong_shape() {
+        let x = Array4::<f32>::zeros((1, 2, 3, 4));
+        let wrong = Array4::<f32>::zeros((1, 2, 3, 5));
+        let err = attention_backward(&x, &x, &x, &AttentionOptions::new(), &wrong).unwrap_err();
+        assert_eq!(
+            err.to_string().split(';').next().unwrap(),
+            "dO has head_dim = 5 but Q has head_dim = 4"
+        );
     }
 }

@@ -7,9 +7,10 @@
 
 use std::time::{Duration, Instant};
 
+use ndarray::Array4;
 use reference::checks::{Forward, logit_bound, run};
 use reference::memory::{NotInstalled, peak_bytes_during};
-use reference::{AttentionOutput, Comparison, Problem, Tolerance, compare};
+use reference::{AttentionOutput, Comparison, Gradients, Problem, Tolerance, compare};
 
 /// One stage of the course.
 pub struct Stage {
@@ -96,6 +97,91 @@ pub fn measure(
         ])
     });
     Ok(Measurement { name: stage.name, package: stage.package, comparisons, time, working_bytes })
+}
+
+/// What the tour measured for the backward pass.
+pub struct BackwardMeasurement {
+    /// `dQ`, `dK`, `dV` compared with the oracle's gradients, or why they could not be.
+    pub comparisons: Result<[Comparison; 3], String>,
+    /// Wall time of the call.
+    pub time: Duration,
+    /// Peak heap bytes during the call beyond the gradients it returned.
+    pub working_bytes: usize,
+}
+
+// ANCHOR: backward
+/// Runs lesson 05's tiled backward pass on `problem` with `dO = d_o`, from the forward output
+/// of lesson 03, and compares the gradients with the oracle's `expected`.
+pub fn measure_backward(
+    problem: &Problem,
+    d_o: &Array4<f32>,
+    expected: &Gradients<f64>,
+) -> Result<BackwardMeasurement, NotInstalled> {
+    let (q, k, v, options) = (&problem.q, &problem.k, &problem.v, &problem.options);
+    let tiles = lesson03::TileSizes::default();
+    let forward = lesson03::attention(q, k, v, options, tiles);
+    let start = Instant::now();
+    let (grads, peak) = peak_bytes_during(|| {
+        let forward = forward.as_ref().map_err(|e| e.to_string())?;
+        lesson05::backward(q, k, v, options, forward, d_o, tiles).map_err(|e| e.to_string())
+    })?;
+    let time = start.elapsed();
+    let tolerance = Tolerance::F32_CPU_GRADIENTS.for_logits(logit_bound(problem));
+    let gradient_bytes =
+        grads.as_ref().map_or(0, |g| (g.dq.len() + g.dk.len() + g.dv.len()) * size_of::<f32>());
+    let comparisons = grads.and_then(|g| {
+        Ok([
+            compare("dQ", &g.dq, &expected.dq, tolerance)?,
+            compare("dK", &g.dk, &expected.dk, tolerance)?,
+            compare("dV", &g.dv, &expected.dv, tolerance)?,
+        ])
+    });
+    Ok(BackwardMeasurement {
+        comparisons,
+        time,
+        working_bytes: peak.saturating_sub(gradient_bytes),
+    })
+}
+// ANCHOR_END: backward
+
+/// The backward pass's line of the tour.
+pub fn backward_table(m: &BackwardMeasurement) -> String {
+    let header = format!(
+        "{:<10} {:<27} {:>10} {:>10} {:>10} {:>10} {:>12}  {}\n",
+        "package",
+        "backward",
+        "rel err dQ",
+        "rel err dK",
+        "rel err dV",
+        "time",
+        "working mem",
+        "check"
+    );
+    let (errors, verdict) = match &m.comparisons {
+        Ok(c) => (
+            format!(
+                "{:>10.2e} {:>10.2e} {:>10.2e}",
+                c[0].rel_frobenius_error, c[1].rel_frobenius_error, c[2].rel_frobenius_error
+            ),
+            if c.iter().all(|c| c.passed()) {
+                "ok".to_string()
+            } else {
+                format!(
+                    "FAILED: {}",
+                    c.iter().map(|c| c.to_string()).collect::<Vec<_>>().join("; ")
+                )
+            },
+        ),
+        Err(why) => (format!("{:>32}", "-"), format!("FAILED: {why}")),
+    };
+    let row = format!(
+        "{:<10} {:<27} {errors} {:>10} {:>12}  {verdict}\n",
+        "lesson05",
+        "tiled, recomputes P from L",
+        format_duration(m.time),
+        format_bytes(m.working_bytes)
+    );
+    header + &row
 }
 
 /// The tour's table: one row per measurement.

@@ -6,7 +6,9 @@ use std::time::Instant;
 
 use reference::memory::CountingAllocator;
 use reference::{AttentionOutput, Problem, ProblemSpec, oracle};
-use tour::{format_bytes, format_duration, measure, stages, table};
+use tour::{
+    backward_table, format_bytes, format_duration, measure, measure_backward, stages, table,
+};
 
 #[global_allocator]
 static ALLOC: CountingAllocator = CountingAllocator;
@@ -64,12 +66,47 @@ fn main() -> ExitCode {
         }
     }
     print!("{}", table(&measurements));
+    let d_o = Problem::random(
+        &ProblemSpec::new(spec.batch, spec.heads, spec.q_len, spec.q_len, spec.head_dim),
+        seed + 1,
+    )
+    .q;
+    let start = Instant::now();
+    let expected_grads = match oracle::attention_backward(
+        &problem.q,
+        &problem.k,
+        &problem.v,
+        &problem.options,
+        &d_o,
+    ) {
+        Ok(grads) => grads,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    println!("\nf64 oracle gradients (dO random): {}\n", format_duration(start.elapsed()));
+    let backward = match measure_backward(&problem, &d_o, &expected_grads) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    print!("{}", backward_table(&backward));
+    let backward_ok = backward.comparisons.as_ref().is_ok_and(|c| c.iter().all(|c| c.passed()));
+
     let output = AttentionOutput::empty(&spec.shape()).bytes();
     println!(
-        "\nworking mem: peak heap bytes during the call beyond its output O and L ({}).",
+        "\nworking mem: peak heap bytes during the call beyond its output (O and L: {}; for the\n\
+         backward pass, dQ, dK and dV).",
         format_bytes(output)
     );
-    if measurements.iter().all(|m| m.passed()) { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+    if measurements.iter().all(|m| m.passed()) && backward_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
 /// `Ok(None)` for `--help`; an error message for anything not understood.

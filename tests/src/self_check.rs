@@ -4,8 +4,8 @@
 //! which builds the exercise crates.)
 
 use crate::check::{Check, Outcome};
-use crate::mutants::{Flash1Bug, NaiveBug, OnlineBug, TiledBug};
-use crate::{ex01, ex02, ex03, ex04};
+use crate::mutants::{BackwardBug, Flash1Bug, NaiveBug, OnlineBug, TiledBug};
+use crate::{ex01, ex02, ex03, ex04, ex05};
 
 /// What the self-check found for one exercise.
 pub struct Report {
@@ -46,6 +46,11 @@ pub fn run() -> Vec<Report> {
             "ex04",
             ex04::checks(ex04::Lesson),
             Flash1Bug::ALL.map(|b| (format!("{b:?}"), ex04::checks(b))),
+        ),
+        report(
+            "ex05",
+            ex05::checks(ex05::Lesson),
+            BackwardBug::ALL.map(|b| (format!("{b:?}"), ex05::checks(b))),
         ),
     ]
 }

@@ -1,0 +1,184 @@
+//! Exercise 05: the backward pass with recomputation from the logsumexp.
+
+use std::rc::Rc;
+
+use ndarray::Array4;
+use proptest::prelude::*;
+use reference::checks::check_backward_against_oracle;
+use reference::strategies::{Case, cases, tile_size};
+use reference::{AttentionError, AttentionOptions, AttentionOutput, Gradients, Tolerance};
+
+use crate::check::{Check, for_all};
+use crate::forward::{CASES, LIMITS};
+
+/// What a solution of exercise 05 provides: the tiled backward pass with tiles `Br x Bc`.
+pub trait Exercise05 {
+    /// `dQ`, `dK`, `dV` from the inputs, the forward output `O`, `L` and `dO`.
+    #[allow(clippy::too_many_arguments)]
+    fn backward(
+        &self,
+        q: &Array4<f32>,
+        k: &Array4<f32>,
+        v: &Array4<f32>,
+        options: &AttentionOptions,
+        forward: &AttentionOutput<f32>,
+        d_o: &Array4<f32>,
+        query_rows: usize,
+        key_cols: usize,
+    ) -> Result<Gradients<f32>, AttentionError>;
+}
+
+/// Cases whose spec is adjusted by `tweak`.
+fn cases_with(tweak: impl Fn(&mut Case) + 'static) -> impl Strategy<Value = Case> {
+    cases(LIMITS).prop_map(move |mut c| {
+        tweak(&mut c);
+        c
+    })
+}
+
+/// The graded checks of exercise 05.
+pub fn checks(solution: impl Exercise05 + 'static) -> Vec<Check> {
+    let s = Rc::new(solution);
+    let tiled = |s: Rc<dyn Exercise05>, br: usize, bc: usize| {
+        move |q: &_, k: &_, v: &_, o: &_, f: &_, d: &_| s.backward(q, k, v, o, f, d, br, bc)
+    };
+    let oracle_check =
+        |s: Rc<dyn Exercise05>, name: &'static str, hint: &'static str, tweak: fn(&mut Case)| {
+            Check::new(name, hint, move || {
+                let backward = tiled(s.clone(), 7, 5);
+                for_all(CASES, cases_with(tweak), |case| {
+                    check_backward_against_oracle(&backward, &case, Tolerance::F32_CPU_GRADIENTS)
+                })
+            })
+        };
+    let mut checks = Vec::new();
+    let x = s.clone();
+    checks.push(Check::new(
+        "one key: dV collects dO, dQ and dK are zero",
+        "With one key P = 1, so dV = sum_i dO_i, and dS = P (dP - D) = 0 since D_i = dO_i . O_i = dP_i.",
+        move || {
+            let q = Array4::from_shape_vec((1, 1, 2, 2), vec![1.0, 0.0, 0.0, 1.0]).map_err(|e| e.to_string())?;
+            let k = Array4::from_shape_vec((1, 1, 1, 2), vec![0.5, -0.5]).map_err(|e| e.to_string())?;
+            let v = Array4::from_shape_vec((1, 1, 1, 2), vec![2.0, 3.0]).map_err(|e| e.to_string())?;
+            let d_o = Array4::from_shape_vec((1, 1, 2, 2), vec![1.0, 2.0, 3.0, 4.0]).map_err(|e| e.to_string())?;
+            // One key: L is the score itself, scale * q_i . k = +-0.5 / sqrt(2).
+            let score = 0.5 / 2f32.sqrt();
+            let o = Array4::from_shape_vec((1, 1, 2, 2), vec![2.0, 3.0, 2.0, 3.0]).map_err(|e| e.to_string())?;
+            let lse = ndarray::Array3::from_shape_vec((1, 1, 2), vec![score, -score]).map_err(|e| e.to_string())?;
+            let forward = AttentionOutput { o, lse };
+            let g = x.backward(&q, &k, &v, &AttentionOptions::new(), &forward, &d_o, 1, 1).map_err(|e| e.to_string())?;
+            if g.dv.as_slice() != Some(&[4.0, 6.0][..]) {
+                return Err(format!("dV = {:?}, expected [4, 6]", g.dv.as_slice()));
+            }
+            if g.dq.iter().chain(g.dk.iter()).any(|x| x.abs() > 1e-6) {
+                return Err(format!("dQ = {:?}, dK = {:?}, expected zeros", g.dq.as_slice(), g.dk.as_slice()));
+            }
+            Ok(())
+        },
+    ));
+    checks.push(oracle_check(
+        s.clone(),
+        "gradients on random problems without a mask",
+        "Recompute P = e^(S - L) with S = scale Q Kᵀ. dV += Pᵀ dO; dP = dO Vᵀ; dS = P ∘ (dP - D) \
+         with D_i = dO_i . O_i; dQ += scale dS K; dK += scale dSᵀ Q.",
+        |c| c.spec = c.spec.causal(false).logit_scale(1.0),
+    ));
+    checks.push(oracle_check(
+        s.clone(),
+        "gradients with a causal mask, Nq = Nkv",
+        "Mask S with -inf before recomputing P (masked entries get P = 0 and no gradient), and \
+         skip key tiles no row of the query tile can see.",
+        |c| {
+            c.spec = c.spec.causal(true).logit_scale(1.0);
+            c.spec.kv_len = c.spec.q_len;
+        },
+    ));
+    checks.push(oracle_check(
+        s.clone(),
+        "gradients with a causal mask, Nq != Nkv (rows that see no key)",
+        "A row that sees no key has L = -inf: give it P = 0 (e^(-inf - -inf) is NaN).",
+        |c| {
+            c.spec = c.spec.causal(true);
+            if c.spec.kv_len == c.spec.q_len {
+                c.spec.kv_len += 1;
+            }
+        },
+    ));
+    checks.push(oracle_check(
+        s.clone(),
+        "gradients with large logits (inputs x100)",
+        "Use the saved L, not a fresh maximum: P = e^(S - L) is at most 1 and never overflows.",
+        |c| c.spec = c.spec.logit_scale(100.0),
+    ));
+    let x = s.clone();
+    checks.push(Check::new(
+        "any tile sizes: 1, sizes that do not divide N, sizes larger than N",
+        "dK_j and dV_j ACCUMULATE over every query tile (+=, beta = 1 in general_mat_mul); the last \
+         tile of each loop is shorter.",
+        move || {
+            for_all(CASES, (cases(LIMITS), tile_size(LIMITS.seq), tile_size(LIMITS.seq)), |(case, br, bc)| {
+                let backward = tiled(x.clone(), br, bc);
+                check_backward_against_oracle(&backward, &case, Tolerance::F32_CPU_GRADIENTS)
+            })
+        },
+    ));
+    let x = s;
+    checks.push(Check::new(
+        "bad shapes of dO, O and L are errors",
+        "Check dO and O against Q's shape and L against [B, H, Nq] (check_same_shape, \
+         check_lse_shape) before any work.",
+        move || {
+            let z = Array4::<f32>::zeros((1, 2, 3, 4));
+            let good = AttentionOutput { o: z.clone(), lse: ndarray::Array3::zeros((1, 2, 3)) };
+            let bad_o = AttentionOutput { o: Array4::zeros((1, 2, 4, 4)), ..good.clone() };
+            let bad_l = AttentionOutput { lse: ndarray::Array3::zeros((1, 2, 2)), ..good.clone() };
+            let bad_d_o = Array4::<f32>::zeros((1, 2, 3, 5));
+            let opts = AttentionOptions::new();
+            for (what, fwd, d_o) in [("dO", &good, &bad_d_o), ("O", &bad_o, &z), ("L", &bad_l, &z)]
+            {
+                match x.backward(&z, &z, &z, &opts, fwd, d_o, 2, 2) {
+                    Err(AttentionError::ShapeMismatch { tensor, .. }) if tensor == what => {}
+                    Err(e) => {
+                        return Err(format!(
+                            "a wrong {what}: expected a ShapeMismatch naming {what}, got `{e}`"
+                        ));
+                    }
+                    Ok(_) => {
+                        return Err(format!(
+                            "a wrong {what}: expected a ShapeMismatch, got gradients"
+                        ));
+                    }
+                }
+            }
+            Ok(())
+        },
+    ));
+    checks
+}
+
+/// The lesson's implementation: the reference solution.
+pub struct Lesson;
+
+impl Exercise05 for Lesson {
+    fn backward(
+        &self,
+        q: &Array4<f32>,
+        k: &Array4<f32>,
+        v: &Array4<f32>,
+        options: &AttentionOptions,
+        forward: &AttentionOutput<f32>,
+        d_o: &Array4<f32>,
+        query_rows: usize,
+        key_cols: usize,
+    ) -> Result<Gradients<f32>, AttentionError> {
+        lesson05::backward(
+            q,
+            k,
+            v,
+            options,
+            forward,
+            d_o,
+            lesson03::TileSizes::new(query_rows, key_cols)?,
+        )
+    }
+}

@@ -70,7 +70,8 @@ show memory_table "cargo run -p lesson01 --example memory_table" cargo run -p le
 show overflow "cargo run -p lesson02 --example overflow" cargo run -p lesson02 --example overflow
 show tile_schedule "cargo run -p lesson03 --example tile_schedule" cargo run -p lesson03 --example tile_schedule
 show io_model "cargo run --release -p lesson04 --example io_model" cargo run -p lesson04 --example io_model
-for n in 01 02 03 04 05; do
+show error_table "cargo run --release -p lesson06 --example error_table" cargo run -p lesson06 --example error_table
+for n in 01 02 03 04 05 06; do
     show "lesson${n}_tests" "cargo test -p lesson$n" test_list "lesson$n"
 done
 

@@ -39,6 +39,15 @@ pub enum AttentionError {
         /// Bytes of fast memory available.
         available: usize,
     },
+    /// Q, K and V are stored in different number formats.
+    MixedDtypes {
+        /// Q's format, e.g. `"f16"`.
+        q: &'static str,
+        /// K's format.
+        k: &'static str,
+        /// V's format.
+        v: &'static str,
+    },
     /// A tile size is zero.
     InvalidTileSize {
         /// Which tile size, e.g. `"query rows (Br)"`.
@@ -72,6 +81,11 @@ impl fmt::Display for AttentionError {
                 f,
                 "the tiles need {needed} bytes of fast memory but only {available} are available; \
                  expected smaller tiles or more fast memory"
+            ),
+            Self::MixedDtypes { q, k, v } => write!(
+                f,
+                "Q is {q}, K is {k} and V is {v}; expected all three in the same format (convert \
+                 them first, for example with attention_in_precision)"
             ),
             Self::InvalidTileSize { which, value } => {
                 write!(f, "tile size for {which} is {value}; expected at least 1")

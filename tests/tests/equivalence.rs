@@ -1,11 +1,12 @@
-//! Cross-stage equivalence: oracle ≡ lesson01 ≡ lesson02 ≡ lesson03 ≡ lesson04 ≡ … on the same random
-//! problems. Each stage is checked against the oracle, and each against the first stage, so a
-//! stage that drifts from the rest is named even where the oracle tolerance is generous.
+//! Cross-stage equivalence: oracle ≡ lesson01 ≡ lesson02 ≡ … on the same random problems, each
+//! stage within its own tolerance (f32, or its 16-bit format's). Each stage is checked against
+//! the oracle, and each against the first stage, so a stage that drifts from the rest is named
+//! even where the oracle tolerance is generous.
 
 use proptest::prelude::*;
 use reference::checks::{logit_bound, run};
 use reference::strategies::{ShapeLimits, cases, config};
-use reference::{AttentionOutput, Tolerance, check_output, oracle};
+use reference::{AttentionOutput, check_output, oracle};
 
 proptest! {
     #![proptest_config(config(64))]
@@ -14,14 +15,14 @@ proptest! {
     fn every_stage_computes_the_same_attention(case in cases(ShapeLimits::CPU)) {
         let p = case.problem();
         let expected = oracle::attention(&p.q, &p.k, &p.v, &p.options).unwrap();
-        let vs_oracle = Tolerance::F32_CPU.for_logits(logit_bound(&p));
-        // Two f32 results may each be off the oracle by its tolerance, in opposite directions.
-        let vs_each_other = Tolerance::F32_CPU.for_logits(2.0 * logit_bound(&p));
         let mut first: Option<(&str, AttentionOutput<f64>)> = None;
         for stage in tour::stages() {
             let fail = |e: String| TestCaseError::fail(format!("{}: {case:?}\n{e}", stage.package));
             let out = run(&stage.forward, &p).map_err(|e| fail(e.to_string()))?;
+            let vs_oracle = stage.tolerance.for_logits(logit_bound(&p));
             check_output(&out, &expected, vs_oracle).map_err(|e| fail(format!("vs the oracle: {e}")))?;
+            // Two results may each be off the oracle by their tolerance, in opposite directions.
+            let vs_each_other = stage.tolerance.for_logits(2.0 * logit_bound(&p));
             match &first {
                 None => first = Some((stage.package, widen(&out))),
                 Some((name, reference)) => {
@@ -39,5 +40,5 @@ fn widen(out: &AttentionOutput<f32>) -> AttentionOutput<f64> {
 #[test]
 fn every_stage_of_the_course_so_far_is_checked() {
     let packages: Vec<_> = tour::stages().iter().map(|s| s.package).collect();
-    assert_eq!(packages, ["lesson01", "lesson02", "lesson03", "lesson04"]);
+    assert_eq!(packages, ["lesson01", "lesson02", "lesson03", "lesson04", "lesson06", "lesson06"]);
 }

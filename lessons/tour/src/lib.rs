@@ -7,6 +7,8 @@
 
 use std::time::{Duration, Instant};
 
+use lesson06::Dtype;
+use lesson06::policy::attention_in_precision;
 use ndarray::Array4;
 use reference::checks::{Forward, logit_bound, run};
 use reference::memory::{NotInstalled, peak_bytes_during};
@@ -20,6 +22,9 @@ pub struct Stage {
     pub package: &'static str,
     /// The forward function, in the shape every stage shares.
     pub forward: Box<dyn Forward>,
+    /// How close to the oracle it must be (before growing with the logits): f32 stages
+    /// `F32_CPU`, stages that store in 16 bits their format's tolerance.
+    pub tolerance: Tolerance,
 }
 
 // ANCHOR: stages
@@ -31,11 +36,13 @@ pub fn stages() -> Vec<Stage> {
             name: "naive (S and P in memory)",
             package: "lesson01",
             forward: Box::new(lesson01::attention),
+            tolerance: Tolerance::F32_CPU,
         },
         Stage {
             name: "online, one key at a time",
             package: "lesson02",
             forward: Box::new(lesson02::attention),
+            tolerance: Tolerance::F32_CPU,
         },
         Stage {
             name: "tiled FlashAttention-2",
@@ -43,6 +50,7 @@ pub fn stages() -> Vec<Stage> {
             forward: Box::new(move |q: &_, k: &_, v: &_, o: &_| {
                 lesson03::attention(q, k, v, o, tiled)
             }),
+            tolerance: Tolerance::F32_CPU,
         },
         Stage {
             name: "FlashAttention-1 loop order",
@@ -51,6 +59,23 @@ pub fn stages() -> Vec<Stage> {
                 // Fast memory is no limit here: the tour compares results, not traffic.
                 lesson04::flash1::attention(q, k, v, o, tiled, usize::MAX).map(|run| run.output)
             }),
+            tolerance: Tolerance::F32_CPU,
+        },
+        Stage {
+            name: "f16 storage, f32 math",
+            package: "lesson06",
+            forward: Box::new(|q: &_, k: &_, v: &_, o: &_| {
+                attention_in_precision(q, k, v, o, Dtype::F16)
+            }),
+            tolerance: Tolerance::F16,
+        },
+        Stage {
+            name: "bf16 storage, f32 math",
+            package: "lesson06",
+            forward: Box::new(|q: &_, k: &_, v: &_, o: &_| {
+                attention_in_precision(q, k, v, o, Dtype::BF16)
+            }),
+            tolerance: Tolerance::BF16,
         },
     ]
 }
@@ -88,7 +113,7 @@ pub fn measure(
     let start = Instant::now();
     let (output, peak_bytes) = peak_bytes_during(|| run(&stage.forward, problem))?;
     let time = start.elapsed();
-    let tolerance = Tolerance::F32_CPU.for_logits(logit_bound(problem));
+    let tolerance = stage.tolerance.for_logits(logit_bound(problem));
     let working_bytes = peak_bytes.saturating_sub(output.as_ref().map_or(0, |out| out.bytes()));
     let comparisons = output.map_err(|e| format!("returned an error: {e}")).and_then(|out| {
         Ok([

@@ -1,0 +1,45 @@
+//! Small, exact demonstrations of what goes wrong when the wrong quantity is kept in 16 bits.
+
+use crate::element::Element;
+
+// ANCHOR: demos
+/// The largest `x` for which `e^x` is finite in `T`: `ln(largest finite T)`.
+/// About 11.09 for f16, but 88.7 for bf16 and f32.
+pub fn exp_overflow_threshold<T: Element>() -> f32 {
+    // Bisect on the rounded value: e^x rounded to T is finite below the threshold.
+    let (mut lo, mut hi) = (0.0f32, 100.0f32);
+    for _ in 0..60 {
+        let mid = 0.5 * (lo + hi);
+        if T::from_f32(mid.exp()).to_f32().is_finite() { lo = mid } else { hi = mid }
+    }
+    lo
+}
+
+/// `1 + 1 + ... + 1` (`n` times) with the running sum stored in `T` after every addition, as
+/// a softmax denominator `l` kept in `T` would be. In f16 it stops growing at 2048, where the
+/// spacing between f16 numbers becomes 2 and `2048 + 1` rounds back to 2048.
+pub fn running_sum_of_ones<T: Element>(n: usize) -> f32 {
+    (0..n).fold(T::from_f32(0.0), |sum, _| T::from_f32(sum.to_f32() + 1.0)).to_f32()
+}
+
+/// LayerNorm statistics (mean and variance) with the sums `sum x` and `sum x^2` kept in `T`.
+/// For activations of about 1000 ± 100 (a large offset, as residual streams have), f16's
+/// `sum x^2` overflows and bf16's loses the variance entirely; f32 keeps both.
+pub fn layer_norm_stats<T: Element>(x: &[f32]) -> (f32, f32) {
+    let n = x.len() as f32;
+    let (sum, sum_sq) = x.iter().fold((T::from_f32(0.0), T::from_f32(0.0)), |(s, s2), &xi| {
+        let xi = T::from_f32(xi).to_f32();
+        (T::from_f32(s.to_f32() + xi), T::from_f32(s2.to_f32() + xi * xi))
+    });
+    let mean = sum.to_f32() / n;
+    (mean, sum_sq.to_f32() / n - mean * mean)
+}
+
+/// Softmax with `e^x` stored in `T`, with or without subtracting the maximum first.
+pub fn softmax_in<T: Element>(x: &[f32], subtract_max: bool) -> Vec<f32> {
+    let max = if subtract_max { x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) } else { 0.0 };
+    let exps: Vec<f32> = x.iter().map(|&xi| T::from_f32((xi - max).exp()).to_f32()).collect();
+    let sum: f32 = exps.iter().sum();
+    exps.iter().map(|e| e / sum).collect()
+}
+// ANCHOR_END: demos

@@ -71,7 +71,7 @@ show overflow "cargo run -p lesson02 --example overflow" cargo run -p lesson02 -
 show tile_schedule "cargo run -p lesson03 --example tile_schedule" cargo run -p lesson03 --example tile_schedule
 show io_model "cargo run --release -p lesson04 --example io_model" cargo run -p lesson04 --example io_model
 show error_table "cargo run --release -p lesson06 --example error_table" cargo run -p lesson06 --example error_table
-for n in 01 02 03 04 05 06; do
+for n in 01 02 03 04 05 06 07; do
     show "lesson${n}_tests" "cargo test -p lesson$n" test_list "lesson$n"
 done
 
@@ -82,5 +82,8 @@ show self_check "cargo grade --self-check" cargo grade --self-check
 if ! $check; then
     show tour "cargo run --release" cargo run --release
     stamp tour
+    # PyTorch is timed beside lesson 07 when ${PYTHON:-python3} can import torch.
+    show scaling "cargo run --release -p lesson07 --example scaling" cargo run --release -p lesson07 --example scaling
+    stamp scaling
 fi
 exit $stale

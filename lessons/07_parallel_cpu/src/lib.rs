@@ -3,7 +3,7 @@
 //! Lesson 03's algorithm, made fast without making it hard to read:
 //!
 //! * **Parallel** over independent work: every (batch, head, query tile) is a task for rayon;
-//!   the tasks share nothing but the read-only inputs, and each returns its tile of `O` and `L`.
+//!   the tasks share only the read-only inputs, and each writes its own rows of `O` and `L`.
 //! * **Matrix products** `Q_t K_tᵀ` and `P V_t` go to [`kernels::matmul`] (the gemm crate:
 //!   packed, cache-blocked micro-kernels that use AVX-512 where the CPU has it).
 //! * **exp2 instead of exp**: `e^(s - m) = 2^((s - m) log2 e)`, so `log2 e` is folded into the
@@ -17,10 +17,8 @@
 pub mod exp2;
 pub mod kernels;
 
-use std::ops::Range;
-
 use lesson03::{TileKind, TileSizes, classify_tile, mask_future_keys};
-use ndarray::{Array1, Array2, Array4, ArrayView2, s};
+use ndarray::{Array1, Array2, Array4, ArrayView2, ArrayViewMut1, ArrayViewMut2, Axis, s};
 use rayon::prelude::*;
 use reference::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
 
@@ -46,45 +44,64 @@ pub fn attention(
     // Scores in base-2 units: s * scale * log2(e), so that e^(s - m) becomes 2^(s' - m').
     let scale_log2 = options.scale_for(shape.head_dim)? * std::f32::consts::LOG2_E;
 
-    // Every (batch, head, query tile) is an independent task.
-    let tasks: Vec<(usize, usize, Range<usize>)> = (0..shape.batch)
-        .flat_map(|b| (0..shape.heads).map(move |h| (b, h)))
-        .flat_map(|(b, h)| {
-            (0..shape.q_len)
-                .step_by(tiles.query_rows())
-                .map(move |r0| (b, h, r0..(r0 + tiles.query_rows()).min(shape.q_len)))
-        })
-        .collect();
-    let results: Vec<(Array2<f32>, Array1<f32>)> = tasks
-        .par_iter()
-        .map(|(b, h, rows)| {
-            let q_tile = q.slice(s![*b, *h, rows.clone(), ..]);
-            let (k_bh, v_bh) = (k.slice(s![*b, *h, .., ..]), v.slice(s![*b, *h, .., ..]));
-            query_tile(
-                q_tile,
-                k_bh,
-                v_bh,
-                rows.start,
-                &shape,
-                scale_log2,
-                options.causal,
-                tiles.key_cols(),
-            )
-        })
-        .collect();
-
+    // Every (batch, head, query tile) is an independent task that writes its own rows of O
+    // and L: the output is cut into disjoint tiles first, so no task needs a lock or a copy.
     let mut out = AttentionOutput::empty(&shape);
-    for ((b, h, rows), (o, lse)) in tasks.into_iter().zip(results) {
-        out.o.slice_mut(s![b, h, rows.clone(), ..]).assign(&o);
-        out.lse.slice_mut(s![b, h, rows]).assign(&lse);
+    let heads = shape.batch * shape.heads;
+    let mut o_heads = out
+        .o
+        .view_mut()
+        .into_shape_with_order((heads, shape.q_len, shape.head_dim))
+        .expect("O is contiguous");
+    let mut lse_heads =
+        out.lse.view_mut().into_shape_with_order((heads, shape.q_len)).expect("L is contiguous");
+    let mut tasks = Vec::new();
+    for (bh, (o_bh, lse_bh)) in o_heads.outer_iter_mut().zip(lse_heads.outer_iter_mut()).enumerate()
+    {
+        let (b, h) = (bh / shape.heads, bh % shape.heads);
+        let (mut o_rest, mut lse_rest, mut first_row) = (o_bh, lse_bh, 0);
+        while first_row < shape.q_len {
+            let rows = tiles.query_rows().min(shape.q_len - first_row);
+            let (o_tile, o_next) = o_rest.split_at(Axis(0), rows);
+            let (lse_tile, lse_next) = lse_rest.split_at(Axis(0), rows);
+            tasks.push(Task { b, h, first_row, o: o_tile, lse: lse_tile });
+            (o_rest, lse_rest, first_row) = (o_next, lse_next, first_row + rows);
+        }
     }
+    tasks.into_par_iter().for_each(|task| {
+        let rows = task.first_row..task.first_row + task.o.nrows();
+        let q_tile = q.slice(s![task.b, task.h, rows, ..]);
+        let (k_bh, v_bh) =
+            (k.slice(s![task.b, task.h, .., ..]), v.slice(s![task.b, task.h, .., ..]));
+        query_tile(
+            q_tile,
+            k_bh,
+            v_bh,
+            task.first_row,
+            &shape,
+            scale_log2,
+            options.causal,
+            tiles.key_cols(),
+            task.o,
+            task.lse,
+        );
+    });
     Ok(out)
 }
 // ANCHOR_END: attention
 
+/// One query tile's work: where it is, and the rows of `O` and `L` it writes.
+struct Task<'a> {
+    b: usize,
+    h: usize,
+    first_row: usize,
+    o: ArrayViewMut2<'a, f32>,
+    lse: ArrayViewMut1<'a, f32>,
+}
+
 // ANCHOR: query_tile
 /// One query tile against every key tile it can see: lesson 03's inner loop, in base 2.
-/// Returns the tile's `O [Br, D]` and `L [Br]`.
+/// Writes the tile's `O [Br, D]` and `L [Br]` into `o` and `lse`.
 #[allow(clippy::too_many_arguments)]
 fn query_tile(
     q_tile: ArrayView2<f32>,
@@ -95,7 +112,9 @@ fn query_tile(
     scale_log2: f32,
     causal: bool,
     key_cols: usize,
-) -> (Array2<f32>, Array1<f32>) {
+    mut o: ArrayViewMut2<f32>,
+    mut lse: ArrayViewMut1<f32>,
+) {
     let (rows, head_dim) = q_tile.dim();
     let query_rows = first_row..first_row + rows;
     let mut max = Array1::from_elem(rows, f32::NEG_INFINITY); // m, in base-2 units
@@ -127,15 +146,14 @@ fn query_tile(
         matmul(1.0, s.view(), v.slice(s![keys, ..]), true, &mut acc.view_mut());
     }
 
-    // O = acc / l; L = ln(2) * (m + log2 l): back from base 2 to the natural log.
-    let mut lse = Array1::from_elem(rows, f32::NEG_INFINITY);
+    // O = acc / l; L = ln(2) * (m + log2 l): back from base 2 to the natural log. A row that
+    // saw no key keeps O = 0 and L = -inf.
     for r in 0..rows {
         if sum[r] > 0.0 {
             let l = sum[r];
-            acc.row_mut(r).mapv_inplace(|a| a / l);
+            o.row_mut(r).zip_mut_with(&acc.row(r), |o, &a| *o = a / l);
             lse[r] = std::f32::consts::LN_2 * (max[r] + l.log2());
         }
     }
-    (acc, lse)
 }
 // ANCHOR_END: query_tile

@@ -77,6 +77,14 @@ pub fn stages() -> Vec<Stage> {
             }),
             tolerance: Tolerance::BF16,
         },
+        Stage {
+            name: "parallel, vectorised exp2",
+            package: "lesson07",
+            forward: Box::new(|q: &_, k: &_, v: &_, o: &_| {
+                lesson07::attention(q, k, v, o, lesson07::default_tiles())
+            }),
+            tolerance: Tolerance::F32_CPU,
+        },
     ]
 }
 // ANCHOR_END: stages

@@ -1,0 +1,34 @@
+//! The parallel forward needs one tile's buffers per running task: its working memory does not
+//! grow with N, and it never holds a second copy of the output.
+//! One test in this binary: the counting allocator's counters are global.
+
+use reference::memory::{CountingAllocator, peak_bytes_during};
+use reference::{Problem, ProblemSpec};
+
+#[global_allocator]
+static ALLOC: CountingAllocator = CountingAllocator;
+
+#[test]
+fn working_memory_is_a_few_tiles_per_thread_whatever_n_is() {
+    let tiles = lesson07::default_tiles(); // 128 x 256
+    let threads = rayon::current_num_threads();
+    // The gemm crate keeps a packing workspace per thread (a few MiB, whatever N is), made on
+    // its first call and reused after: warm it up so that the measurement sees the steady state.
+    let warm = Problem::random(&ProblemSpec::new(1, 4, 512, 512, 64), 2);
+    lesson07::attention(&warm.q, &warm.k, &warm.v, &warm.options, tiles).unwrap();
+    let working = [1024, 8192].map(|n| {
+        let p = Problem::random(&ProblemSpec::new(1, 1, n, n, 64), 1);
+        let (out, peak) =
+            peak_bytes_during(|| lesson07::attention(&p.q, &p.k, &p.v, &p.options, tiles).unwrap())
+                .unwrap();
+        peak - out.bytes()
+    });
+    // Per running task: the score tile (128 x 256), the accumulator (128 x 64) and the row
+    // statistics, in f32. Measured on top of that: gemm's per-call buffers and the task list,
+    // about 66 KiB on 2 threads (2026-11-21); allow as much again as the tiles themselves.
+    let per_task = (128 * 256 + 128 * 64 + 2 * 128) * 4;
+    assert!(working[1] <= working[0] + 16 * 1024, "working memory grew with N: {working:?}");
+    assert!(working[1] < 2 * threads * per_task, "{working:?} bytes on {threads} threads");
+    // At N = 8192 the output O alone is 2 MiB: no second copy of it may be held.
+    assert!(working[1] < (8192 * 64 * 4) / 4, "{working:?}");
+}

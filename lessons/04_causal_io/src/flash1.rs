@@ -5,7 +5,7 @@ use ndarray::linalg::general_mat_mul;
 use ndarray::{Array1, Array2, Array3, Array4, s};
 use reference::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
 
-use crate::{Run, TileCounts, TwoLevelMemory, tile_ranges, working_set_bytes};
+use crate::{FastBuffers, Run, TileCounts, TwoLevelMemory, tile_ranges};
 
 // ANCHOR: flash1
 /// FlashAttention-1 forward: the **outer** loop runs over K/V tiles, the inner loop over Q
@@ -24,11 +24,15 @@ pub fn attention(
     let scale = options.scale_for(shape.head_dim)?;
     let (br, bc, d) = (tiles.query_rows(), tiles.key_cols(), shape.head_dim);
     let mut mem = TwoLevelMemory::new(fast_bytes);
-    mem.reserve(working_set_bytes(tiles, d))?;
-    let (mut q_tile, mut o_tile) = (Array2::<f32>::zeros((br, d)), Array2::<f32>::zeros((br, d)));
-    let (mut k_tile, mut v_tile) = (Array2::<f32>::zeros((bc, d)), Array2::<f32>::zeros((bc, d)));
-    let mut scores = Array2::<f32>::zeros((br, bc));
-    let (mut m_tile, mut l_tile) = (Array1::<f32>::zeros(br), Array1::<f32>::zeros(br));
+    let FastBuffers {
+        q: mut q_tile,
+        o: mut o_tile,
+        k: mut k_tile,
+        v: mut v_tile,
+        mut scores,
+        m: mut m_tile,
+        l: mut l_tile,
+    } = FastBuffers::reserve(&mut mem, tiles, d)?;
 
     // Slow memory: O = 0, m = -inf, l = 0 for every query row (Algorithm 1, line 2).
     let mut out = AttentionOutput::empty(&shape);

@@ -3,10 +3,10 @@
 
 use lesson03::{RunningState, TileKind, TileSizes, classify_tile, mask_future_keys};
 use ndarray::linalg::general_mat_mul;
-use ndarray::{Array1, Array2, Array4, s};
+use ndarray::{Array4, s};
 use reference::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
 
-use crate::{Run, TileCounts, TwoLevelMemory, tile_ranges, working_set_bytes};
+use crate::{FastBuffers, Run, TileCounts, TwoLevelMemory, tile_ranges};
 
 // ANCHOR: flash2
 /// FlashAttention-2 forward with tiles `tiles` and a fast memory of `fast_bytes`:
@@ -24,12 +24,17 @@ pub fn attention(
     let scale = options.scale_for(shape.head_dim)?;
     let (br, bc, d) = (tiles.query_rows(), tiles.key_cols(), shape.head_dim);
     let mut mem = TwoLevelMemory::new(fast_bytes);
-    mem.reserve(working_set_bytes(tiles, d))?;
-    // The fast-memory buffers, reused for every tile.
-    let (mut q_tile, mut o_tile) = (Array2::<f32>::zeros((br, d)), Array2::<f32>::zeros((br, d)));
-    let (mut k_tile, mut v_tile) = (Array2::<f32>::zeros((bc, d)), Array2::<f32>::zeros((bc, d)));
-    let mut scores = Array2::<f32>::zeros((br, bc));
-    let mut lse_tile = Array1::<f32>::zeros(br);
+    // The fast-memory buffers, reused for every tile. The running m and l live in lesson 03's
+    // RunningState; the `m` buffer holds a tile of L.
+    let FastBuffers {
+        q: mut q_tile,
+        o: mut o_tile,
+        k: mut k_tile,
+        v: mut v_tile,
+        mut scores,
+        m: mut lse_tile,
+        l: _,
+    } = FastBuffers::reserve(&mut mem, tiles, d)?;
 
     let mut out = AttentionOutput::empty(&shape);
     let mut counts = TileCounts::default();

@@ -19,6 +19,7 @@
 use std::ops::Range;
 
 use lesson03::TileSizes;
+use ndarray::{Array1, Array2};
 use reference::{AttentionError, AttentionOutput};
 
 pub mod flash1;
@@ -71,6 +72,48 @@ pub fn working_set_bytes(tiles: TileSizes, head_dim: usize) -> usize {
     (2 * br * d + 2 * bc * d + br * bc + 2 * br) * size_of::<f32>()
 }
 
+/// The buffers every algorithm of this lesson keeps in fast memory, reserved in one place so
+/// that all three have the same working set, [`working_set_bytes`].
+pub struct FastBuffers {
+    /// A tile of `Q`, `[Br, D]`.
+    pub q: Array2<f32>,
+    /// A tile of the output, `[Br, D]`.
+    pub o: Array2<f32>,
+    /// A tile of `K`, `[Bc, D]`.
+    pub k: Array2<f32>,
+    /// A tile of `V`, `[Bc, D]`.
+    pub v: Array2<f32>,
+    /// A tile of scores or probabilities, `[Br, Bc]`.
+    pub scores: Array2<f32>,
+    /// Row statistics `m` (or a tile of `L`), `[Br]`.
+    pub m: Array1<f32>,
+    /// Row statistics `l`, `[Br]`.
+    pub l: Array1<f32>,
+}
+
+impl FastBuffers {
+    /// Reserves the working set in `mem`'s fast memory (an error if it does not fit) and makes
+    /// the buffers.
+    pub fn reserve(
+        mem: &mut TwoLevelMemory,
+        tiles: TileSizes,
+        head_dim: usize,
+    ) -> Result<Self, AttentionError> {
+        mem.reserve(working_set_bytes(tiles, head_dim))?;
+        let (br, bc, d) = (tiles.query_rows(), tiles.key_cols(), head_dim);
+        Ok(Self {
+            q: Array2::zeros((br, d)),
+            o: Array2::zeros((br, d)),
+            k: Array2::zeros((bc, d)),
+            v: Array2::zeros((bc, d)),
+            scores: Array2::zeros((br, bc)),
+            m: Array1::zeros(br),
+            l: Array1::zeros(br),
+        })
+    }
+}
+// ANCHOR_END: working_set
+
 /// The largest square tiles (`Br = Bc`) whose working set fits in `fast_bytes`.
 pub fn tiles_for_fast_memory(
     fast_bytes: usize,
@@ -88,7 +131,6 @@ pub fn tiles_for_fast_memory(
     }
     TileSizes::new(b, b)
 }
-// ANCHOR_END: working_set
 
 /// `0..n` cut into ranges of `size` (the last one shorter if `size` does not divide `n`).
 pub fn tile_ranges(n: usize, size: usize) -> impl Iterator<Item = Range<usize>> {

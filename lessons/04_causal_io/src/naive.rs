@@ -3,10 +3,10 @@
 use lesson02::SoftmaxState;
 use lesson03::{TileKind, TileSizes, classify_tile, mask_future_keys};
 use ndarray::linalg::general_mat_mul;
-use ndarray::{Array1, Array2, Array4, s};
+use ndarray::{Array2, Array4, s};
 use reference::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
 
-use crate::{Run, TileCounts, TwoLevelMemory, tile_ranges, working_set_bytes};
+use crate::{FastBuffers, Run, TileCounts, TwoLevelMemory, tile_ranges};
 
 // ANCHOR: naive
 /// Standard attention as three kernels that meet in slow memory:
@@ -31,11 +31,17 @@ pub fn attention(
     let scale = options.scale_for(shape.head_dim)?;
     let (br, bc, d) = (tiles.query_rows(), tiles.key_cols(), shape.head_dim);
     let mut mem = TwoLevelMemory::new(fast_bytes);
-    mem.reserve(working_set_bytes(tiles, d))?;
-    let (mut q_tile, mut o_tile) = (Array2::<f32>::zeros((br, d)), Array2::<f32>::zeros((br, d)));
-    let (mut k_tile, mut v_tile) = (Array2::<f32>::zeros((bc, d)), Array2::<f32>::zeros((bc, d)));
-    let mut tile = Array2::<f32>::zeros((br, bc)); // a tile of S or of P
-    let mut lse_tile = Array1::<f32>::zeros(br);
+    // `tile` holds a tile of S or of P; the row statistics live in SoftmaxStates, and the `m`
+    // buffer holds a tile of L.
+    let FastBuffers {
+        q: mut q_tile,
+        o: mut o_tile,
+        k: mut k_tile,
+        v: mut v_tile,
+        scores: mut tile,
+        m: mut lse_tile,
+        l: _,
+    } = FastBuffers::reserve(&mut mem, tiles, d)?;
 
     let mut out = AttentionOutput::empty(&shape);
     let mut counts = TileCounts::default();

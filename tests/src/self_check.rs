@@ -4,8 +4,8 @@
 //! which builds the exercise crates.)
 
 use crate::check::{Check, Outcome};
-use crate::mutants::{BackwardBug, Flash1Bug, NaiveBug, OnlineBug, TiledBug};
-use crate::{ex01, ex02, ex03, ex04, ex05};
+use crate::mutants::{BackwardBug, Flash1Bug, NaiveBug, OnlineBug, PrecisionBug, TiledBug};
+use crate::{ex01, ex02, ex03, ex04, ex05, ex06};
 
 /// What the self-check found for one exercise.
 pub struct Report {
@@ -52,6 +52,11 @@ pub fn run() -> Vec<Report> {
             ex05::checks(ex05::Lesson),
             BackwardBug::ALL.map(|b| (format!("{b:?}"), ex05::checks(b))),
         ),
+        report(
+            "ex06",
+            ex06::checks(ex06::Lesson),
+            PrecisionBug::ALL.map(|b| (format!("{b:?}"), ex06::checks(b))),
+        ),
     ]
 }
 
@@ -90,7 +95,7 @@ pub fn table(reports: &[Report]) -> String {
         }
         for (mutant, by) in &r.mutants {
             out += &format!(
-                "    {mutant:<24} {}\n",
+                "    {mutant:<27} {}\n",
                 by.map_or("NOT CAUGHT".to_string(), |c| format!("caught by: {c}"))
             );
         }

@@ -174,6 +174,12 @@ impl AttentionOutput<f32> {
         }
     }
 
+    /// The same output in f64 (exactly), to compare one f32 result with another as if it were
+    /// a reference.
+    pub fn to_f64(&self) -> AttentionOutput<f64> {
+        AttentionOutput { o: self.o.mapv(f64::from), lse: self.lse.mapv(f64::from) }
+    }
+
     /// Bytes held by `O` and `L`.
     pub fn bytes(&self) -> usize {
         (self.o.len() + self.lse.len()) * size_of::<f32>()

@@ -5,7 +5,7 @@
 //!
 //! * [`check`]: a graded check (name, hint, body) and how it is run and reported.
 //! * [`forward`]: the checks shared by every exercise that implements the attention contract.
-//! * [`ex01`] to [`ex06`]: each exercise's adapter trait, its checks, and the lesson's
+//! * [`ex01`] to [`ex07`]: each exercise's adapter trait, its checks, and the lesson's
 //!   implementation of the trait (the reference solution).
 //! * [`mutants`]: planted-bug implementations of each trait.
 //! * [`hidden`]: the `main` of the hidden test binaries in `tests/hidden/`.
@@ -24,6 +24,7 @@ pub mod ex03;
 pub mod ex04;
 pub mod ex05;
 pub mod ex06;
+pub mod ex07;
 pub mod forward;
 pub mod hidden;
 pub mod mutants;

@@ -749,3 +749,90 @@ impl crate::ex06::Exercise06 for PrecisionBug {
         }
     }
 }
+
+/// Classic mistakes in the fast exp2 and the base-2 parallel forward (exercise 07).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParallelBug {
+    /// `n = floor(x)`: the fraction reaches 1 and the polynomial loses accuracy.
+    Exp2RoundsDown,
+    /// No clamp at -127: very negative inputs give garbage exponent bits.
+    Exp2NotClamped,
+    /// Base-2 exponentials of natural-log scores: `log2(e)` not folded into the scale.
+    NoLog2E,
+    /// `L` left in base 2.
+    LseInBase2,
+    /// The accumulator not rescaled when the maximum grows.
+    MissingRescale,
+    /// The last, shorter query tile never computed.
+    TailTileDropped,
+}
+
+impl ParallelBug {
+    /// Every planted bug.
+    pub const ALL: [Self; 6] = [
+        Self::Exp2RoundsDown,
+        Self::Exp2NotClamped,
+        Self::NoLog2E,
+        Self::LseInBase2,
+        Self::MissingRescale,
+        Self::TailTileDropped,
+    ];
+}
+
+impl crate::ex07::Exercise07 for ParallelBug {
+    fn exp2(&self, x: f32) -> f32 {
+        let x = if *self == Self::Exp2NotClamped { x } else { x.max(-127.0) };
+        let n = if *self == Self::Exp2RoundsDown { x.floor() } else { x.round() };
+        let t = (x - n) * std::f32::consts::LN_2;
+        let p = 1.0
+            + t * (1.0
+                + t * (0.5
+                    + t * (1.0 / 6.0
+                        + t * (1.0 / 24.0
+                            + t * (1.0 / 120.0 + t * (1.0 / 720.0 + t * (1.0 / 5040.0)))))));
+        p * f32::from_bits(((n as i32).wrapping_add(127) as u32) << 23)
+    }
+
+    fn attention(
+        &self,
+        q: &Array4<f32>,
+        k: &Array4<f32>,
+        v: &Array4<f32>,
+        options: &AttentionOptions,
+        query_rows: usize,
+        key_cols: usize,
+    ) -> Result<AttentionOutput<f32>, AttentionError> {
+        let shape = AttentionShape::of(q, k, v)?;
+        lesson03::TileSizes::new(query_rows, key_cols)?;
+        let log2e = if *self == Self::NoLog2E { 1.0 } else { std::f32::consts::LOG2_E };
+        let scale = options.scale_for(shape.head_dim)? * log2e;
+        let computed_rows = if *self == Self::TailTileDropped {
+            shape.q_len / query_rows * query_rows
+        } else {
+            shape.q_len
+        };
+        let mut out = AttentionOutput::empty(&shape);
+        for (b, h, i) in rows(&shape).filter(|&(_, _, i)| i < computed_rows) {
+            let (mut m, mut l, mut acc) =
+                (f32::NEG_INFINITY, 0.0f32, Array1::<f32>::zeros(shape.head_dim));
+            for j in 0..shape.visible_keys(i, options.causal) {
+                let s = scale * q.slice(s![b, h, i, ..]).dot(&k.slice(s![b, h, j, ..]));
+                let new_m = m.max(s);
+                let correction =
+                    if *self == Self::MissingRescale { 1.0 } else { self.exp2(m - new_m) };
+                let p = self.exp2(s - new_m);
+                l = l * correction + p;
+                acc *= correction;
+                acc.scaled_add(p, &v.slice(s![b, h, j, ..]));
+                m = new_m;
+            }
+            if l > 0.0 {
+                out.o.slice_mut(s![b, h, i, ..]).assign(&(acc / l));
+                let base2 = m + l.log2();
+                out.lse[[b, h, i]] =
+                    if *self == Self::LseInBase2 { base2 } else { std::f32::consts::LN_2 * base2 };
+            }
+        }
+        Ok(out)
+    }
+}

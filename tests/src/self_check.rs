@@ -4,8 +4,10 @@
 //! which builds the exercise crates.)
 
 use crate::check::{Check, Outcome};
-use crate::mutants::{BackwardBug, Flash1Bug, NaiveBug, OnlineBug, PrecisionBug, TiledBug};
-use crate::{ex01, ex02, ex03, ex04, ex05, ex06};
+use crate::mutants::{
+    BackwardBug, Flash1Bug, NaiveBug, OnlineBug, ParallelBug, PrecisionBug, TiledBug,
+};
+use crate::{ex01, ex02, ex03, ex04, ex05, ex06, ex07};
 
 /// What the self-check found for one exercise.
 pub struct Report {
@@ -56,6 +58,11 @@ pub fn run() -> Vec<Report> {
             "ex06",
             ex06::checks(ex06::Lesson),
             PrecisionBug::ALL.map(|b| (format!("{b:?}"), ex06::checks(b))),
+        ),
+        report(
+            "ex07",
+            ex07::checks(ex07::Lesson),
+            ParallelBug::ALL.map(|b| (format!("{b:?}"), ex07::checks(b))),
         ),
     ]
 }

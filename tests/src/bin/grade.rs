@@ -18,13 +18,14 @@ use std::process::{Command, ExitCode, Stdio};
 use grader::hidden::Status;
 
 /// Every exercise: package, folder, topic.
-const EXERCISES: [(&str, &str, &str); 6] = [
+const EXERCISES: [(&str, &str, &str); 7] = [
     ("ex01", "exercises/01_naive", "naive attention"),
     ("ex02", "exercises/02_online_softmax", "online softmax and the (m, l) merge"),
     ("ex03", "exercises/03_tiled_forward", "tiled FlashAttention forward"),
     ("ex04", "exercises/04_causal_io", "causal tiles, FlashAttention-1 and IO"),
     ("ex05", "exercises/05_backward", "the backward pass"),
     ("ex06", "exercises/06_precision", "attention in 16 bits"),
+    ("ex07", "exercises/07_parallel_cpu", "a fast CPU FlashAttention"),
 ];
 
 const USAGE: &str = "usage: cargo grade [exNN ...] | --list | --self-check";

@@ -55,6 +55,36 @@ pub enum AttentionError {
         /// The value given.
         value: usize,
     },
+    /// A tile size is larger than a kernel was written for.
+    TileTooLarge {
+        /// Which tile size, e.g. `"key columns (Bc)"`.
+        which: &'static str,
+        /// The value given.
+        value: usize,
+        /// The largest value the kernel supports.
+        max: usize,
+    },
+    /// The head dimension is larger than a kernel was written for.
+    UnsupportedHeadDim {
+        /// The head dimension given.
+        head_dim: usize,
+        /// The largest one the kernel supports.
+        max: usize,
+    },
+    /// The problem needs more of a device resource than the device offers (a buffer larger
+    /// than its largest binding, more workgroups than one dispatch may launch, ...).
+    ExceedsDeviceLimit {
+        /// What is too large, e.g. `"the score matrix S"`.
+        what: String,
+        /// How much of it the problem needs.
+        needed: u64,
+        /// How much the device allows, and the name of the limit.
+        limit: u64,
+        /// The `wgpu::Limits` field (or feature) that sets the limit.
+        limit_name: &'static str,
+    },
+    /// The GPU could not be used: no adapter, a lost device, a shader the driver rejected.
+    Gpu(String),
 }
 
 impl fmt::Display for AttentionError {
@@ -90,6 +120,19 @@ impl fmt::Display for AttentionError {
             Self::InvalidTileSize { which, value } => {
                 write!(f, "tile size for {which} is {value}; expected at least 1")
             }
+            Self::TileTooLarge { which, value, max } => {
+                write!(f, "tile size for {which} is {value}; expected at most {max} for this kernel")
+            }
+            Self::UnsupportedHeadDim { head_dim, max } => write!(
+                f,
+                "head_dim = {head_dim} is larger than this kernel supports; expected at most {max}"
+            ),
+            Self::ExceedsDeviceLimit { what, needed, limit, limit_name } => write!(
+                f,
+                "{what} needs {needed} but the device allows at most {limit} ({limit_name}); \
+                 expected a smaller problem (fewer heads, shorter sequences) or a larger device"
+            ),
+            Self::Gpu(message) => write!(f, "{message}"),
         }
     }
 }

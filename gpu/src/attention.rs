@@ -1,0 +1,151 @@
+//! The buffers every attention kernel shares, and one way to run any of them.
+//!
+//! Layout on the GPU is the course's `[B, H, N, D]`, row-major, flattened: element
+//! `(b, h, n, d)` of `Q` is `q[((b * H + h) * Nq + n) * D + d]`. Kernels see `B` and `H` only
+//! as their product, the number of independent `(batch, head)` slices.
+
+use ndarray::{Array3, Array4};
+use reference::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
+
+use crate::buffers;
+use crate::kernel::{Dispatch, launch};
+
+// ANCHOR: params
+/// The sizes and flags of one call, as the uniform `params` of every attention shader:
+///
+/// ```wgsl
+/// struct Params { slices: u32, q_len: u32, kv_len: u32, head_dim: u32,
+///                 scale: f32, causal: u32, pad0: u32, pad1: u32 }
+/// ```
+///
+/// (A uniform struct's size must be a multiple of 16 bytes, hence the padding.)
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct Params {
+    /// `B * H`, the number of independent `(batch, head)` slices.
+    pub slices: u32,
+    /// `Nq`
+    pub q_len: u32,
+    /// `Nkv`
+    pub kv_len: u32,
+    /// `D`
+    pub head_dim: u32,
+    /// The softmax scale, usually `1 / sqrt(D)`.
+    pub scale: f32,
+    /// 1 for the bottom-right causal mask, 0 for none.
+    pub causal: u32,
+    /// Padding to 32 bytes.
+    pub pad: [u32; 2],
+}
+// ANCHOR_END: params
+
+/// Q, K, V, O, L and the params uniform of one call, on the device.
+pub struct AttentionBuffers {
+    /// The validated shape.
+    pub shape: AttentionShape,
+    /// The uniform of sizes and flags.
+    pub params: wgpu::Buffer,
+    /// `Q [B*H, Nq, D]`
+    pub q: wgpu::Buffer,
+    /// `K [B*H, Nkv, D]`
+    pub k: wgpu::Buffer,
+    /// `V [B*H, Nkv, D]`
+    pub v: wgpu::Buffer,
+    /// `O [B*H, Nq, D]`, written by the kernel.
+    pub o: wgpu::Buffer,
+    /// `L [B*H, Nq]`, written by the kernel.
+    pub lse: wgpu::Buffer,
+}
+
+impl AttentionBuffers {
+    /// Validates the inputs (the same checks as every CPU stage, plus the device's buffer
+    /// limits) and uploads them.
+    pub fn upload(
+        device: &wgpu::Device,
+        q: &Array4<f32>,
+        k: &Array4<f32>,
+        v: &Array4<f32>,
+        options: &AttentionOptions,
+    ) -> Result<Self, AttentionError> {
+        let shape = AttentionShape::of(q, k, v)?;
+        let scale = options.scale_for(shape.head_dim)?;
+        let params = params_of(&shape, scale, options.causal)?;
+        let slice = |x: &Array4<f32>| x.as_standard_layout().into_owned().into_raw_vec_and_offset().0;
+        Ok(Self {
+            shape,
+            params: buffers::uniform(device, "params", &params),
+            q: buffers::upload(device, "Q", &slice(q))?,
+            k: buffers::upload(device, "K", &slice(k))?,
+            v: buffers::upload(device, "V", &slice(v))?,
+            o: buffers::storage::<f32>(device, "O", q.len())?,
+            lse: buffers::storage::<f32>(device, "L", shape.batch * shape.heads * shape.q_len)?,
+        })
+    }
+
+    /// Downloads `O` and `L` into the course's output type.
+    pub fn read_output(
+        &self,
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+    ) -> Result<AttentionOutput<f32>, AttentionError> {
+        let o = buffers::download::<f32>(device, queue, &self.o)?;
+        let lse = buffers::download::<f32>(device, queue, &self.lse)?;
+        let shape = &self.shape;
+        Ok(AttentionOutput {
+            o: Array4::from_shape_vec(shape.q_dims(), o).expect("O has B*H*Nq*D elements"),
+            lse: Array3::from_shape_vec(shape.lse_dims(), lse).expect("L has B*H*Nq elements"),
+        })
+    }
+}
+
+/// The uniform for `shape`; an error if a size does not fit the shader's `u32`.
+fn params_of(shape: &AttentionShape, scale: f32, causal: bool) -> Result<Params, AttentionError> {
+    let as_u32 = |what: &str, n: usize| {
+        u32::try_from(n).map_err(|_| AttentionError::ExceedsDeviceLimit {
+            what: what.to_string(),
+            needed: n as u64,
+            limit: u64::from(u32::MAX),
+            limit_name: "u32 indices in the shaders",
+        })
+    };
+    Ok(Params {
+        slices: as_u32("B * H", shape.batch * shape.heads)?,
+        q_len: as_u32("Nq", shape.q_len)?,
+        kv_len: as_u32("Nkv", shape.kv_len)?,
+        head_dim: as_u32("D", shape.head_dim)?,
+        scale,
+        causal: u32::from(causal),
+        pad: [0; 2],
+    })
+}
+
+/// What an attention kernel provides: the dispatches that turn [`AttentionBuffers`] into `O`
+/// and `L` (one for FlashAttention, several for the naive three-kernel version, which also
+/// allocates its own `S` buffer).
+pub trait AttentionKernel {
+    /// Checks that the kernel supports this problem on this device (head dim, workgroup
+    /// memory, buffer sizes) and prepares its dispatches.
+    fn dispatches(
+        &self,
+        device: &wgpu::Device,
+        io: &AttentionBuffers,
+    ) -> Result<Vec<Dispatch>, AttentionError>;
+}
+
+// ANCHOR: attention_on
+/// Runs `kernel` on one problem with a given device and queue: upload, dispatch, download.
+pub fn attention_on(
+    device: &wgpu::Device,
+    queue: &wgpu::Queue,
+    kernel: &impl AttentionKernel,
+    q: &Array4<f32>,
+    k: &Array4<f32>,
+    v: &Array4<f32>,
+    options: &AttentionOptions,
+) -> Result<AttentionOutput<f32>, AttentionError> {
+    let io = AttentionBuffers::upload(device, q, k, v, options)?;
+    let dispatches = kernel.dispatches(device, &io)?;
+    launch(device, queue, &dispatches, None)?;
+    io.read_output(device, queue)
+}
+// ANCHOR_END: attention_on

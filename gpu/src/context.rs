@@ -1,0 +1,129 @@
+//! Choosing an adapter and opening a device on it.
+
+use std::sync::OnceLock;
+
+use reference::AttentionError;
+
+/// Environment variable that forces an adapter: any part of its name, e.g. `llvmpipe` or
+/// `H100` (case does not matter).
+pub const ADAPTER_VAR: &str = "FLASH_ADAPTER";
+
+/// Environment variable that lets GPU tests pass without running when no adapter exists
+/// (`FLASH_SKIP_GPU_TESTS=1`). Without it a machine with no adapter fails every GPU test with
+/// the error of [`Gpu::new`], so a missing driver is never mistaken for a passing test.
+pub const SKIP_TESTS_VAR: &str = "FLASH_SKIP_GPU_TESTS";
+
+/// Optional features the course uses when the adapter has them: 16-bit floats in shaders,
+/// subgroup operations, and timestamps for [`crate::GpuTimer`].
+const OPTIONAL_FEATURES: wgpu::Features = wgpu::Features::SHADER_F16
+    .union(wgpu::Features::SUBGROUP)
+    .union(wgpu::Features::TIMESTAMP_QUERY);
+
+/// An open device: the adapter it came from, the device and its queue.
+pub struct Gpu {
+    /// What the adapter says about itself (name, backend, device type, driver).
+    pub info: wgpu::AdapterInfo,
+    /// The device, opened with the adapter's own limits (not wgpu's conservative defaults:
+    /// those allow 16 KiB of workgroup memory where an H100 has 48 KiB).
+    pub device: wgpu::Device,
+    /// The device's queue.
+    pub queue: wgpu::Queue,
+}
+
+impl Gpu {
+    /// Opens the best adapter: a discrete GPU before an integrated one, before a software
+    /// driver; or the one named by the `FLASH_ADAPTER` environment variable.
+    ///
+    /// Errors when there is no adapter at all (the message says how to get lavapipe), when
+    /// `FLASH_ADAPTER` names none of them, or when the device cannot be opened.
+    pub fn new() -> Result<Self, AttentionError> {
+        pollster::block_on(Self::open())
+    }
+
+    /// One device per process, opened on first use: tests and benchmarks share it instead of
+    /// paying for a new device (and a new shader cache) each time.
+    pub fn shared() -> Result<&'static Self, AttentionError> {
+        static SHARED: OnceLock<Result<Gpu, AttentionError>> = OnceLock::new();
+        SHARED.get_or_init(Self::new).as_ref().map_err(Clone::clone)
+    }
+
+    async fn open() -> Result<Self, AttentionError> {
+        let descriptor = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+        let instance = wgpu::Instance::new(descriptor);
+        let adapters = instance.enumerate_adapters(wgpu::Backends::all()).await;
+        let wanted = std::env::var(ADAPTER_VAR).ok().filter(|name| !name.is_empty());
+        let adapter = choose_adapter(adapters, wanted.as_deref())?;
+        let info = adapter.get_info();
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("flash attention course"),
+                required_features: adapter.features() & OPTIONAL_FEATURES,
+                required_limits: adapter.limits(),
+                experimental_features: wgpu::ExperimentalFeatures::disabled(),
+                memory_hints: wgpu::MemoryHints::Performance,
+                trace: wgpu::Trace::Off,
+            })
+            .await
+            .map_err(|e| AttentionError::Gpu(format!("could not open {}: {e}", info.name)))?;
+        Ok(Self { info, device, queue })
+    }
+
+    /// One line for tables and logs: `NVIDIA H200 (Vulkan, DiscreteGpu, driver 580.159.04)`.
+    pub fn describe(&self) -> String {
+        let info = &self.info;
+        let driver = if info.driver_info.is_empty() { &info.driver } else { &info.driver_info };
+        format!("{} ({:?}, {:?}, driver {driver})", info.name, info.backend, info.device_type)
+    }
+}
+
+/// The shared device for a GPU test, or `None` (after saying so on stderr) when there is no
+/// adapter and `FLASH_SKIP_GPU_TESTS` is set.
+///
+/// # Panics
+/// When there is no adapter and the skip variable is not set: the panic message is the
+/// error of [`Gpu::new`], which says how to install one.
+pub fn for_tests() -> Option<&'static Gpu> {
+    match Gpu::shared() {
+        Ok(gpu) => Some(gpu),
+        Err(e) if std::env::var_os(SKIP_TESTS_VAR).is_some() => {
+            eprintln!("GPU test skipped ({SKIP_TESTS_VAR} is set): {e}");
+            None
+        }
+        Err(e) => panic!("{e}\n(set {SKIP_TESTS_VAR}=1 to skip GPU tests on purpose)"),
+    }
+}
+
+/// Picks the adapter named by `wanted`, or else the most capable kind available.
+fn choose_adapter(
+    adapters: Vec<wgpu::Adapter>,
+    wanted: Option<&str>,
+) -> Result<wgpu::Adapter, AttentionError> {
+    if adapters.is_empty() {
+        return Err(AttentionError::Gpu(NO_ADAPTER.to_string()));
+    }
+    if let Some(wanted) = wanted {
+        let names: Vec<String> = adapters.iter().map(|a| a.get_info().name).collect();
+        let position = names.iter().position(|n| n.to_lowercase().contains(&wanted.to_lowercase()));
+        return match position {
+            Some(i) => Ok(adapters.into_iter().nth(i).expect("position is in range")),
+            None => Err(AttentionError::Gpu(format!(
+                "{ADAPTER_VAR}={wanted:?} matches no adapter; expected part of one of these \
+                 names: {names:?}"
+            ))),
+        };
+    }
+    let rank = |a: &wgpu::Adapter| match a.get_info().device_type {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Cpu => 3,
+        wgpu::DeviceType::Other => 4,
+    };
+    Ok(adapters.into_iter().min_by_key(rank).expect("adapters is not empty"))
+}
+
+const NO_ADAPTER: &str = "no GPU adapter found: wgpu found no Vulkan, Metal or DX12 device. \
+    On Linux without a GPU, install Mesa's software Vulkan driver (lavapipe): \
+    `sudo apt-get install mesa-vulkan-drivers` (Debian, Ubuntu) or \
+    `sudo dnf install mesa-vulkan-drivers` (Fedora); with an NVIDIA GPU but no Vulkan loader, \
+    install libvulkan1 and point VK_DRIVER_FILES at nvidia_icd.json";

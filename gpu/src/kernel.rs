@@ -1,0 +1,142 @@
+//! Compiling WGSL, binding buffers, launching dispatches: the three steps every kernel of the
+//! course goes through, with every wgpu error turned into an [`AttentionError`].
+//!
+//! wgpu reports validation errors (a shader that does not compile, a binding of the wrong
+//! type, too many workgroups) to an error handler that panics by default. Each step here runs
+//! inside an *error scope* instead, and a caught error comes back as `Err`.
+
+use reference::AttentionError;
+
+/// One compute dispatch: a pipeline, its buffers, and how many workgroups to launch.
+pub struct Dispatch {
+    /// Name for error messages, e.g. `"scores S = Q K^T"`.
+    pub label: &'static str,
+    /// The compiled kernel.
+    pub pipeline: wgpu::ComputePipeline,
+    /// Its buffers, as bound by [`bind`].
+    pub bind_group: wgpu::BindGroup,
+    /// Workgroups along x, y, z.
+    pub workgroups: [u32; 3],
+}
+
+/// Compiles the entry point `entry` of a WGSL source, giving its `override` constants the
+/// values in `constants` (WGSL overrides are set when the pipeline is created, so one shader
+/// file serves every tile size).
+pub fn compile(
+    device: &wgpu::Device,
+    label: &str,
+    source: &str,
+    entry: &str,
+    constants: &[(&str, f64)],
+) -> Result<wgpu::ComputePipeline, AttentionError> {
+    catch_errors(device, &format!("compiling {label}"), || {
+        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(label),
+            source: wgpu::ShaderSource::Wgsl(source.into()),
+        });
+        device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(label),
+            layout: None,
+            module: &module,
+            entry_point: Some(entry),
+            compilation_options: wgpu::PipelineCompilationOptions {
+                constants,
+                zero_initialize_workgroup_memory: false,
+            },
+            cache: None,
+        })
+    })
+}
+
+/// Binds each `(binding, buffer)` pair to `@group(0) @binding(binding)` of `pipeline`. Only
+/// the bindings the entry point uses may be given (wgpu derives the layout from the shader).
+pub fn bind(
+    device: &wgpu::Device,
+    pipeline: &wgpu::ComputePipeline,
+    buffers: &[(u32, &wgpu::Buffer)],
+) -> Result<wgpu::BindGroup, AttentionError> {
+    let entries: Vec<wgpu::BindGroupEntry> = buffers
+        .iter()
+        .map(|&(binding, buffer)| wgpu::BindGroupEntry {
+            binding,
+            resource: buffer.as_entire_binding(),
+        })
+        .collect();
+    catch_errors(device, "binding buffers", || {
+        device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &entries,
+        })
+    })
+}
+
+/// Checks a dispatch size against `max_compute_workgroups_per_dimension` (65535 on most
+/// devices): a clear error instead of a launch that the device rejects.
+pub fn check_workgroups(
+    device: &wgpu::Device,
+    label: &str,
+    workgroups: [u32; 3],
+) -> Result<(), AttentionError> {
+    let limit = device.limits().max_compute_workgroups_per_dimension;
+    match workgroups.iter().find(|&&count| count > limit) {
+        Some(&count) => Err(AttentionError::ExceedsDeviceLimit {
+            what: format!("{label}: {workgroups:?} workgroups"),
+            needed: u64::from(count),
+            limit: u64::from(limit),
+            limit_name: "max_compute_workgroups_per_dimension",
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Runs `dispatches` in order in one compute pass (wgpu makes each dispatch see the writes of
+/// the ones before it) and waits for the GPU. With a `timer`, returns the GPU time of the pass.
+pub fn launch(
+    device: &wgpu::Device,
+    queue: &wgpu::Queue,
+    dispatches: &[Dispatch],
+    timer: Option<&crate::GpuTimer>,
+) -> Result<Option<f64>, AttentionError> {
+    for d in dispatches {
+        check_workgroups(device, d.label, d.workgroups)?;
+    }
+    catch_errors(device, "launching the kernels", || {
+        let mut encoder = device.create_command_encoder(&Default::default());
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("attention"),
+                timestamp_writes: timer.map(crate::GpuTimer::pass_writes),
+            });
+            for d in dispatches {
+                pass.set_pipeline(&d.pipeline);
+                pass.set_bind_group(0, &d.bind_group, &[]);
+                let [x, y, z] = d.workgroups;
+                pass.dispatch_workgroups(x, y, z);
+            }
+        }
+        if let Some(timer) = timer {
+            timer.resolve(&mut encoder);
+        }
+        queue.submit([encoder.finish()]);
+    })?;
+    crate::buffers::wait(device)?;
+    timer.map(|t| t.seconds(device, queue)).transpose()
+}
+
+/// Runs `work` inside validation and out-of-memory error scopes; the first error caught
+/// becomes `Err`, prefixed by `doing`.
+pub fn catch_errors<R>(
+    device: &wgpu::Device,
+    doing: &str,
+    work: impl FnOnce() -> R,
+) -> Result<R, AttentionError> {
+    let out_of_memory = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+    let validation = device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let result = work();
+    let errors = [pollster::block_on(validation.pop()), pollster::block_on(out_of_memory.pop())];
+    match errors.into_iter().flatten().next() {
+        Some(error) => Err(AttentionError::Gpu(format!("{doing}: {error}"))),
+        None => Ok(result),
+    }
+}

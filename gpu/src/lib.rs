@@ -1,0 +1,25 @@
+//! The GPU side of the course: everything a WGSL kernel needs that is not the kernel itself.
+//!
+//! - [`Gpu`]: finds an adapter (a real GPU through Vulkan, Metal or DX12, or Mesa's software
+//!   driver lavapipe on a machine without one), opens a device with the adapter's real limits
+//!   and the optional features it has, and shares it between tests ([`Gpu::shared`]).
+//! - [`buffers`]: upload and download of plain data through `bytemuck`, with size checks
+//!   against the device's limits.
+//! - [`kernel`]: compile a WGSL compute shader with its `override` constants, bind buffers,
+//!   record dispatches, run them, with shader and launch errors turned into `Result`s.
+//! - [`GpuTimer`]: how long the GPU itself spent on a pass, from timestamp queries.
+//! - [`attention`]: the buffers every attention kernel reads and writes (Q, K, V, O, L and a
+//!   small uniform of sizes) and [`attention::attention_on`], which runs any kernel that
+//!   implements [`attention::AttentionKernel`] on a given device and queue.
+//!
+//! Every function that touches a device takes `&wgpu::Device` and `&wgpu::Queue` rather than
+//! creating its own, so one device serves a whole test binary or benchmark.
+
+pub mod attention;
+pub mod buffers;
+mod context;
+pub mod kernel;
+mod timer;
+
+pub use context::{ADAPTER_VAR, Gpu, SKIP_TESTS_VAR, for_tests};
+pub use timer::GpuTimer;

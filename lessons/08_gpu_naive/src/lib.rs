@@ -1,0 +1,127 @@
+//! # Lesson 08 — naive attention on the GPU
+//!
+//! Lesson 01's algorithm, one WGSL kernel per step, with the score matrix in GPU memory:
+//!
+//! $$ S = \mathrm{scale}\cdot QK^\top \;\to\; P = \mathrm{softmax}(S),\; L = \ln\textstyle\sum e^{S}
+//!    \;\to\; O = PV . $$
+//!
+//! Three dispatches in one compute pass; each reads what the one before wrote to the storage
+//! buffer `S` (`B * H * Nq * Nkv` floats). The GPU is fast at the arithmetic, but `S` must be
+//! written and read back through the GPU's main memory, and it must fit in one storage buffer
+//! binding: [`NaiveAttention::dispatches`] refuses, with
+//! [`AttentionError::ExceedsDeviceLimit`], a problem whose `S` is larger than the device can
+//! bind (128 MiB on lavapipe, 4 GiB on an H100), long before the GPU runs out of memory.
+
+use gpu::attention::{AttentionBuffers, AttentionKernel};
+use gpu::buffers;
+use gpu::kernel::{Dispatch, bind, compile};
+use ndarray::Array4;
+use reference::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
+
+/// The WGSL source of the three kernels.
+pub const SHADER: &str = include_str!("naive.wgsl");
+
+/// Threads per side of the 2-D workgroups of `scores` and `weighted_sum` (`TILE` in the shader).
+const TILE: usize = 16;
+/// Threads per workgroup of `softmax` (`ROWS` in the shader).
+const ROWS: usize = 64;
+
+/// The three compiled kernels.
+pub struct NaiveAttention {
+    scores: wgpu::ComputePipeline,
+    softmax: wgpu::ComputePipeline,
+    weighted_sum: wgpu::ComputePipeline,
+}
+
+impl NaiveAttention {
+    /// Compiles the three entry points of [`SHADER`].
+    pub fn new(device: &wgpu::Device) -> Result<Self, AttentionError> {
+        let constants = [("TILE", TILE as f64), ("ROWS", ROWS as f64)];
+        let entry = |name| compile(device, name, SHADER, name, &constants);
+        Ok(Self {
+            scores: entry("scores")?,
+            softmax: entry("softmax")?,
+            weighted_sum: entry("weighted_sum")?,
+        })
+    }
+}
+
+/// Bytes of the score matrix `S` (then `P`) for a problem: `4 * B * H * Nq * Nkv`.
+pub fn score_bytes(shape: &AttentionShape) -> u64 {
+    (shape.batch * shape.heads * shape.q_len * shape.kv_len * size_of::<f32>()) as u64
+}
+
+// ANCHOR: dispatches
+impl AttentionKernel for NaiveAttention {
+    fn dispatches(
+        &self,
+        device: &wgpu::Device,
+        io: &AttentionBuffers,
+    ) -> Result<Vec<Dispatch>, AttentionError> {
+        let shape = &io.shape;
+        let slices = shape.batch * shape.heads;
+        buffers::check_storage_size(device, "the score matrix S", score_bytes(shape))?;
+        let s = buffers::storage::<f32>(device, "S", slices * shape.q_len * shape.kv_len)?;
+        let tiles = |n: usize, per: usize| count(n.div_ceil(per));
+        let (params, q, k, v, o, lse) = (&io.params, &io.q, &io.k, &io.v, &io.o, &io.lse);
+        Ok(vec![
+            Dispatch {
+                label: "scores",
+                bind_group: bind(device, &self.scores, &[(0, params), (1, q), (2, k), (4, &s)])?,
+                pipeline: self.scores.clone(),
+                workgroups: [tiles(shape.kv_len, TILE), tiles(shape.q_len, TILE), count(slices)],
+            },
+            Dispatch {
+                label: "softmax",
+                bind_group: bind(device, &self.softmax, &[(0, params), (4, &s), (6, lse)])?,
+                pipeline: self.softmax.clone(),
+                workgroups: [tiles(shape.q_len, ROWS), count(slices), 1],
+            },
+            Dispatch {
+                label: "weighted_sum",
+                bind_group: bind(
+                    device,
+                    &self.weighted_sum,
+                    &[(0, params), (3, v), (4, &s), (5, o)],
+                )?,
+                pipeline: self.weighted_sum.clone(),
+                workgroups: [tiles(shape.head_dim, TILE), tiles(shape.q_len, TILE), count(slices)],
+            },
+        ])
+    }
+}
+// ANCHOR_END: dispatches
+
+/// A count as `u32`, saturating: a count too large for `u32` is also far above the device's
+/// limit, which `launch` reports.
+fn count(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+// ANCHOR: attention
+/// Naive attention on a given device and queue: `q [B,H,Nq,D]`, `k`, `v [B,H,Nkv,D]` ->
+/// `O [B,H,Nq,D]`, `L [B,H,Nq]`, through an `S [B,H,Nq,Nkv]` buffer in GPU memory.
+pub fn attention_on(
+    device: &wgpu::Device,
+    queue: &wgpu::Queue,
+    q: &Array4<f32>,
+    k: &Array4<f32>,
+    v: &Array4<f32>,
+    options: &AttentionOptions,
+) -> Result<AttentionOutput<f32>, AttentionError> {
+    AttentionShape::of(q, k, v)?;
+    let kernel = NaiveAttention::new(device)?;
+    gpu::attention::attention_on(device, queue, &kernel, q, k, v, options)
+}
+
+/// [`attention_on`] on the process's shared GPU ([`gpu::Gpu::shared`]).
+pub fn attention(
+    q: &Array4<f32>,
+    k: &Array4<f32>,
+    v: &Array4<f32>,
+    options: &AttentionOptions,
+) -> Result<AttentionOutput<f32>, AttentionError> {
+    let gpu = gpu::Gpu::shared()?;
+    attention_on(&gpu.device, &gpu.queue, q, k, v, options)
+}
+// ANCHOR_END: attention

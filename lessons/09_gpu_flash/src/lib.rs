@@ -1,0 +1,171 @@
+//! # Lesson 09 — FlashAttention forward as a WGSL compute shader
+//!
+//! The algorithm of lesson 03 (FlashAttention-2 loop order, online softmax, `O` normalised
+//! once, `L = m + ln l`), mapped onto a GPU:
+//!
+//! | lesson 03 (CPU)                  | this lesson (WGSL)                                      |
+//! |----------------------------------|---------------------------------------------------------|
+//! | outer loop over query tiles      | one **workgroup** per (slice, query tile): a grid of `ceil(Nq / Br) x (B * H)` |
+//! | rows of the query tile           | one **thread** per row, `Br` threads per workgroup      |
+//! | `K`, `V` tile in cache           | `K`, `V` tile copied into **workgroup memory**          |
+//! | `m`, `l`, `acc` arrays           | each thread's `m`, `l`, `acc[D]` in **registers**       |
+//! | nothing                          | two **barriers** per tile: after loading, before reloading |
+//!
+//! The shader is [`SHADER`] (`src/flash.wgsl`); this file checks that a problem fits the
+//! kernel and the device, compiles the shader for a tile size and head dimension, and launches
+//! it through the course's `gpu` crate.
+
+use gpu::attention::{AttentionBuffers, AttentionKernel};
+use gpu::kernel::{Dispatch, bind, compile};
+use ndarray::Array4;
+use reference::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
+
+pub use lesson03::TileSizes;
+
+/// The WGSL source of the kernel.
+pub const SHADER: &str = include_str!("flash.wgsl");
+
+/// Largest head dimension the shader supports (`MAX_HEAD_DIM` in `flash.wgsl`).
+pub const MAX_HEAD_DIM: usize = 128;
+
+/// Largest key tile the shader supports (`MAX_BLOCK_KV` in `flash.wgsl`).
+pub const MAX_BLOCK_KV: usize = 64;
+
+/// 64 query rows (threads) per workgroup and 32 keys per tile: with `D = 128` the K and V
+/// tiles take exactly 32 KiB of workgroup memory, the most that lavapipe offers (an H100 or
+/// H200 offers 48 KiB).
+pub fn default_tiles() -> TileSizes {
+    TileSizes::new(64, 32).expect("64 and 32 are at least 1")
+}
+
+// ANCHOR: kernel_new
+/// The compiled kernel for one tile size and head dimension.
+pub struct FlashAttention {
+    pipeline: wgpu::ComputePipeline,
+    tiles: TileSizes,
+    head_dim: usize,
+}
+
+impl FlashAttention {
+    /// Checks the tiles and head dimension against the shader and the device, then compiles
+    /// the shader with them as its `override` constants.
+    pub fn new(
+        device: &wgpu::Device,
+        tiles: TileSizes,
+        head_dim: usize,
+    ) -> Result<Self, AttentionError> {
+        check_fits(device, tiles, head_dim)?;
+        let constants = [
+            ("BLOCK_Q", tiles.query_rows() as f64),
+            ("BLOCK_KV", tiles.key_cols() as f64),
+            ("HEAD_DIM", head_dim as f64),
+        ];
+        let pipeline = compile(device, "flash.wgsl", SHADER, "flash_forward", &constants)?;
+        Ok(Self { pipeline, tiles, head_dim })
+    }
+}
+// ANCHOR_END: kernel_new
+
+/// Bytes of workgroup memory the kernel needs: a `Bc x D` tile of K and one of V, in f32.
+pub fn workgroup_bytes(tiles: TileSizes, head_dim: usize) -> usize {
+    2 * tiles.key_cols() * head_dim * size_of::<f32>()
+}
+
+// ANCHOR: check_fits
+/// The shader's own limits (`D <= 128`, `Bc <= 64`) and the device's (threads per workgroup,
+/// workgroup memory), as errors rather than a failed launch or a lost device.
+fn check_fits(
+    device: &wgpu::Device,
+    tiles: TileSizes,
+    head_dim: usize,
+) -> Result<(), AttentionError> {
+    if head_dim > MAX_HEAD_DIM {
+        return Err(AttentionError::UnsupportedHeadDim { head_dim, max: MAX_HEAD_DIM });
+    }
+    if tiles.key_cols() > MAX_BLOCK_KV {
+        return Err(AttentionError::TileTooLarge {
+            which: "key columns (Bc)",
+            value: tiles.key_cols(),
+            max: MAX_BLOCK_KV,
+        });
+    }
+    let limits = device.limits();
+    let threads = limits.max_compute_invocations_per_workgroup.min(limits.max_compute_workgroup_size_x);
+    if tiles.query_rows() > threads as usize {
+        return Err(AttentionError::ExceedsDeviceLimit {
+            what: format!("a workgroup of Br = {} threads", tiles.query_rows()),
+            needed: tiles.query_rows() as u64,
+            limit: u64::from(threads),
+            limit_name: "max_compute_invocations_per_workgroup",
+        });
+    }
+    let needed = workgroup_bytes(tiles, head_dim);
+    let available = limits.max_compute_workgroup_storage_size as usize;
+    if needed > available {
+        return Err(AttentionError::TilesDoNotFit { needed, available });
+    }
+    Ok(())
+}
+// ANCHOR_END: check_fits
+
+// ANCHOR: dispatches
+impl AttentionKernel for FlashAttention {
+    fn dispatches(
+        &self,
+        device: &wgpu::Device,
+        io: &AttentionBuffers,
+    ) -> Result<Vec<Dispatch>, AttentionError> {
+        let shape = &io.shape;
+        assert_eq!(shape.head_dim, self.head_dim, "the kernel was compiled for another D");
+        let bind_group = bind(
+            device,
+            &self.pipeline,
+            &[(0, &io.params), (1, &io.q), (2, &io.k), (3, &io.v), (4, &io.o), (5, &io.lse)],
+        )?;
+        let query_tiles = shape.q_len.div_ceil(self.tiles.query_rows());
+        let slices = shape.batch * shape.heads;
+        Ok(vec![Dispatch {
+            label: "flash_forward",
+            pipeline: self.pipeline.clone(),
+            bind_group,
+            workgroups: [workgroup_count(query_tiles), workgroup_count(slices), 1],
+        }])
+    }
+}
+// ANCHOR_END: dispatches
+
+/// A count as `u32`, saturating: a count too large for `u32` is also far above the device's
+/// limit, which `launch` reports.
+fn workgroup_count(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+// ANCHOR: attention
+/// FlashAttention forward on a given device and queue: `q [B,H,Nq,D]`, `k`, `v [B,H,Nkv,D]` ->
+/// `O [B,H,Nq,D]`, `L [B,H,Nq]`.
+pub fn attention_on(
+    device: &wgpu::Device,
+    queue: &wgpu::Queue,
+    q: &Array4<f32>,
+    k: &Array4<f32>,
+    v: &Array4<f32>,
+    options: &AttentionOptions,
+    tiles: TileSizes,
+) -> Result<AttentionOutput<f32>, AttentionError> {
+    let shape = AttentionShape::of(q, k, v)?;
+    let kernel = FlashAttention::new(device, tiles, shape.head_dim)?;
+    gpu::attention::attention_on(device, queue, &kernel, q, k, v, options)
+}
+
+/// [`attention_on`] on the process's shared GPU ([`gpu::Gpu::shared`]).
+pub fn attention(
+    q: &Array4<f32>,
+    k: &Array4<f32>,
+    v: &Array4<f32>,
+    options: &AttentionOptions,
+    tiles: TileSizes,
+) -> Result<AttentionOutput<f32>, AttentionError> {
+    let gpu = gpu::Gpu::shared()?;
+    attention_on(&gpu.device, &gpu.queue, q, k, v, options, tiles)
+}
+// ANCHOR_END: attention

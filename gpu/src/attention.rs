@@ -1,10 +1,13 @@
 //! The buffers every attention kernel shares, and one way to run any of them.
 //!
 //! Layout on the GPU is the course's `[B, H, N, D]`, row-major, flattened: element
-//! `(b, h, n, d)` of `Q` is `q[((b * H + h) * Nq + n) * D + d]`. Kernels see `B` and `H` only
-//! as their product, the number of independent `(batch, head)` slices.
+//! `(b, h, n, d)` of `Q` is `q[((b * H + h) * Nq + n) * stride + d]`. Kernels see `B` and `H`
+//! only as their product, the number of independent `(batch, head)` slices. The row stride is
+//! `D` rounded up to the kernel's [`AttentionKernel::row_alignment`]: a kernel that reads rows
+//! as `vec4<f32>` asks for 4, and rows are padded with zeros (which add nothing to a dot
+//! product) so that every row starts on a whole `vec4`.
 
-use ndarray::{Array3, Array4};
+use ndarray::{Array3, Array4, s};
 use reference::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
 
 use crate::buffers;
@@ -43,6 +46,8 @@ pub struct Params {
 pub struct AttentionBuffers {
     /// The validated shape.
     pub shape: AttentionShape,
+    /// Floats from one row of Q, K, V or O to the next: `D` rounded up to the alignment.
+    pub row_stride: usize,
     /// The uniform of sizes and flags.
     pub params: wgpu::Buffer,
     /// `Q [B*H, Nq, D]`
@@ -59,26 +64,30 @@ pub struct AttentionBuffers {
 
 impl AttentionBuffers {
     /// Validates the inputs (the same checks as every CPU stage, plus the device's buffer
-    /// limits) and uploads them.
+    /// limits) and uploads them, each row padded to a multiple of `row_alignment` floats.
     pub fn upload(
         device: &wgpu::Device,
         q: &Array4<f32>,
         k: &Array4<f32>,
         v: &Array4<f32>,
         options: &AttentionOptions,
+        row_alignment: usize,
     ) -> Result<Self, AttentionError> {
         let shape = AttentionShape::of(q, k, v)?;
         let scale = options.scale_for(shape.head_dim)?;
         let params = params_of(&shape, scale, options.causal)?;
-        let slice = |x: &Array4<f32>| x.as_standard_layout().into_owned().into_raw_vec_and_offset().0;
+        let row_stride = shape.head_dim.next_multiple_of(row_alignment.max(1));
+        let rows = |x: &Array4<f32>| padded_rows(x, row_stride);
+        let slices = shape.batch * shape.heads;
         Ok(Self {
             shape,
+            row_stride,
             params: buffers::uniform(device, "params", &params),
-            q: buffers::upload(device, "Q", &slice(q))?,
-            k: buffers::upload(device, "K", &slice(k))?,
-            v: buffers::upload(device, "V", &slice(v))?,
-            o: buffers::storage::<f32>(device, "O", q.len())?,
-            lse: buffers::storage::<f32>(device, "L", shape.batch * shape.heads * shape.q_len)?,
+            q: buffers::upload(device, "Q", &rows(q))?,
+            k: buffers::upload(device, "K", &rows(k))?,
+            v: buffers::upload(device, "V", &rows(v))?,
+            o: buffers::storage::<f32>(device, "O", slices * shape.q_len * row_stride)?,
+            lse: buffers::storage::<f32>(device, "L", slices * shape.q_len)?,
         })
     }
 
@@ -91,11 +100,24 @@ impl AttentionBuffers {
         let o = buffers::download::<f32>(device, queue, &self.o)?;
         let lse = buffers::download::<f32>(device, queue, &self.lse)?;
         let shape = &self.shape;
+        let (b, h, n, d) = shape.q_dims();
+        let o = Array4::from_shape_vec((b, h, n, self.row_stride), o)
+            .expect("O has B*H*Nq*stride elements")
+            .slice_move(s![.., .., .., ..d]);
         Ok(AttentionOutput {
-            o: Array4::from_shape_vec(shape.q_dims(), o).expect("O has B*H*Nq*D elements"),
+            o: o.as_standard_layout().into_owned(),
             lse: Array3::from_shape_vec(shape.lse_dims(), lse).expect("L has B*H*Nq elements"),
         })
     }
+}
+
+/// The elements of `x [B, H, N, D]` in row-major order, each row padded with zeros to
+/// `row_stride` floats.
+fn padded_rows(x: &Array4<f32>, row_stride: usize) -> Vec<f32> {
+    let (b, h, n, d) = x.dim();
+    let mut padded = Array4::<f32>::zeros((b, h, n, row_stride));
+    padded.slice_mut(s![.., .., .., ..d]).assign(x);
+    padded.into_raw_vec_and_offset().0
 }
 
 /// The uniform for `shape`; an error if a size does not fit the shader's `u32`.
@@ -123,6 +145,11 @@ fn params_of(shape: &AttentionShape, scale: f32, causal: bool) -> Result<Params,
 /// and `L` (one for FlashAttention, several for the naive three-kernel version, which also
 /// allocates its own `S` buffer).
 pub trait AttentionKernel {
+    /// Rows of Q, K, V and O are padded to a multiple of this many floats (1: no padding).
+    fn row_alignment(&self) -> usize {
+        1
+    }
+
     /// Checks that the kernel supports this problem on this device (head dim, workgroup
     /// memory, buffer sizes) and prepares its dispatches.
     fn dispatches(
@@ -143,7 +170,7 @@ pub fn attention_on(
     v: &Array4<f32>,
     options: &AttentionOptions,
 ) -> Result<AttentionOutput<f32>, AttentionError> {
-    let io = AttentionBuffers::upload(device, q, k, v, options)?;
+    let io = AttentionBuffers::upload(device, q, k, v, options, kernel.row_alignment())?;
     let dispatches = kernel.dispatches(device, &io)?;
     launch(device, queue, &dispatches, None)?;
     io.read_output(device, queue)

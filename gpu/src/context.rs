@@ -127,3 +127,32 @@ const NO_ADAPTER: &str = "no GPU adapter found: wgpu found no Vulkan, Metal or D
     `sudo apt-get install mesa-vulkan-drivers` (Debian, Ubuntu) or \
     `sudo dnf install mesa-vulkan-drivers` (Fedora); with an NVIDIA GPU but no Vulkan loader, \
     install libvulkan1 and point VK_DRIVER_FILES at nvidia_icd.json";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn adapters() -> Vec<wgpu::Adapter> {
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
+        pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()))
+    }
+
+    #[test]
+    fn no_adapter_says_how_to_get_one() {
+        let err = choose_adapter(Vec::new(), None).err().expect("no adapters");
+        assert!(err.to_string().contains("apt-get install mesa-vulkan-drivers"), "{err}");
+    }
+
+    #[test]
+    fn an_unknown_adapter_name_lists_the_ones_there_are() {
+        let adapters = adapters();
+        if adapters.is_empty() {
+            return; // covered by no_adapter_says_how_to_get_one
+        }
+        let first = adapters[0].get_info().name;
+        let err = choose_adapter(adapters, Some("no such gpu")).err().expect("no match");
+        assert!(err.to_string().contains(&first), "{err}");
+        let again = choose_adapter(self::adapters(), Some(&first.to_uppercase())).unwrap();
+        assert_eq!(again.get_info().name, first);
+    }
+}

@@ -90,6 +90,33 @@ pub fn check_workgroups(
     }
 }
 
+/// Lavapipe (Mesa's `llvmpipe` Vulkan driver) stops every loop of a shader invocation once the
+/// invocation has run this many loop iterations in total (`LP_MAX_TGSI_LOOP_ITERATIONS`, a
+/// guard against endless loops), and the kernel then returns a wrong answer without any error.
+/// Loops with a trip count known when the pipeline is compiled (an `override` constant) are
+/// unrolled first and do not count.
+pub const LAVAPIPE_LOOP_LIMIT: u64 = 65_535;
+
+/// An error if the device is lavapipe and one invocation of `kernel` would run more than
+/// [`LAVAPIPE_LOOP_LIMIT`] loop iterations (`iterations`, counted by the kernel's host code
+/// from its loops). Real GPUs have no such limit.
+pub fn check_loop_iterations(
+    device: &wgpu::Device,
+    kernel: &str,
+    iterations: u64,
+) -> Result<(), AttentionError> {
+    let is_lavapipe = device.adapter_info().name.contains("llvmpipe");
+    if is_lavapipe && iterations > LAVAPIPE_LOOP_LIMIT {
+        return Err(AttentionError::ExceedsDeviceLimit {
+            what: format!("{kernel}: {iterations} loop iterations in one thread"),
+            needed: iterations,
+            limit: LAVAPIPE_LOOP_LIMIT,
+            limit_name: "lavapipe's loop limit per invocation, LP_MAX_TGSI_LOOP_ITERATIONS",
+        });
+    }
+    Ok(())
+}
+
 /// Runs `dispatches` in order in one compute pass (wgpu makes each dispatch see the writes of
 /// the ones before it) and waits for the GPU. With a `timer`, returns the GPU time of the pass.
 pub fn launch(

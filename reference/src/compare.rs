@@ -45,6 +45,9 @@ impl Tolerance {
     /// `Q`. `4e-6` per element leaves a margin of about 3.
     pub const F32_CPU_GRADIENTS: Self = Self { rel_frobenius: 1e-6, abs: 4e-6, rel: 4e-6 };
 
+    /// f32 arithmetic on a GPU (or lavapipe), before growing with the logits. PROVISIONAL
+    pub const F32_GPU: Self = Self { rel_frobenius: 1e-5, abs: 1e-5, rel: 1e-5 };
+
     /// Outputs stored in f16 from f32 arithmetic, against the oracle on the same (rounded)
     /// inputs. Measured on 300 random problems (lesson 06, 2026-11-21): FlashAttention's `O`,
     /// rounded once, is within `3.3e-4 * (1 + |ref|)` (f16's half-spacing is `4.9e-4`), and the

@@ -24,6 +24,10 @@ pub struct ShapeLimits {
 impl ShapeLimits {
     /// Shapes for the CPU stages: B up to 3, H up to 4, N up to 300, D up to 128.
     pub const CPU: Self = Self { batch: 3, heads: 4, seq: 300, head_dim: 128 };
+    /// Shapes for the GPU stages: sized for lavapipe, the software GPU of CI (Mesa's Vulkan
+    /// driver on the CPU), which must also compile a pipeline for every new head dim and tile
+    /// size. N up to 200 still crosses several tiles of every size the kernels use.
+    pub const GPU: Self = Self { batch: 2, heads: 3, seq: 200, head_dim: 128 };
 }
 
 /// One generated test case: the shape and flavour of a problem, and the seed of its values.

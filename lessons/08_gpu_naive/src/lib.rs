@@ -14,7 +14,7 @@
 
 use gpu::attention::{AttentionBuffers, AttentionKernel};
 use gpu::buffers;
-use gpu::kernel::{Dispatch, bind, compile};
+use gpu::kernel::{Dispatch, bind, check_loop_iterations, compile};
 use ndarray::Array4;
 use reference::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
 
@@ -61,6 +61,10 @@ impl AttentionKernel for NaiveAttention {
         let shape = &io.shape;
         let slices = shape.batch * shape.heads;
         buffers::check_storage_size(device, "the score matrix S", score_bytes(shape))?;
+        // The longest loops: softmax's three passes over a row of S (each counting one more
+        // than its trips, see LAVAPIPE_LOOP_LIMIT); scores' loop over D.
+        let iterations = (3 * (shape.kv_len + 1)).max(shape.head_dim + 1) as u64;
+        check_loop_iterations(device, "naive attention", iterations)?;
         let s = buffers::storage::<f32>(device, "S", slices * shape.q_len * shape.kv_len)?;
         let tiles = |n: usize, per: usize| count(n.div_ceil(per));
         let (params, q, k, v, o, lse) = (&io.params, &io.q, &io.k, &io.v, &io.o, &io.lse);

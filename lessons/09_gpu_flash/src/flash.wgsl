@@ -8,7 +8,8 @@
 //   4. waits at a barrier again before the next tile overwrites K and V.
 // Q rows, the accumulator, m and l live in each thread's registers; nothing N x N exists.
 //
-// Layout: Q, O [slices, Nq, D]; K, V [slices, Nkv, D]; L [slices, Nq]; row-major, f32.
+// Layout: Q, O [slices, Nq, CHUNKS]; K, V [slices, Nkv, CHUNKS] of vec4<f32> (rows padded
+// with zeros to a multiple of 4 floats); L [slices, Nq] of f32.
 
 // ANCHOR: constants
 // Tile sizes and the head dimension are pipeline-overridable constants: the host sets them
@@ -18,9 +19,14 @@ override BLOCK_Q: u32 = 64u;   // Br: query rows per workgroup = threads per wor
 override BLOCK_KV: u32 = 32u;  // Bc: keys per tile staged in workgroup memory
 override HEAD_DIM: u32 = 64u;  // D
 
+// Rows are read and computed in chunks of 4 numbers (vec4): one load fetches 16 bytes, one
+// instruction multiplies 4 pairs, and a loop over D runs D / 4 times. The host pads every row
+// of Q, K, V and O with zeros to a whole number of chunks (zeros add nothing to a dot product).
+override CHUNKS: u32 = (HEAD_DIM + 3u) / 4u;
+
 // Per-thread arrays must have a size known when the shader is written, so the kernel
-// supports D up to MAX_HEAD_DIM and BLOCK_KV up to MAX_BLOCK_KV (the host checks both).
-const MAX_HEAD_DIM: u32 = 128u;
+// supports D up to 4 * MAX_CHUNKS = 128 and BLOCK_KV up to MAX_BLOCK_KV (the host checks).
+const MAX_CHUNKS: u32 = 32u;
 const MAX_BLOCK_KV: u32 = 64u;
 // ANCHOR_END: constants
 
@@ -36,17 +42,18 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read> q: array<f32>;
-@group(0) @binding(2) var<storage, read> k: array<f32>;
-@group(0) @binding(3) var<storage, read> v: array<f32>;
-@group(0) @binding(4) var<storage, read_write> o: array<f32>;
+@group(0) @binding(1) var<storage, read> q: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> k: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> v: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read_write> o: array<vec4<f32>>;
 @group(0) @binding(5) var<storage, read_write> lse: array<f32>;
 
 // ANCHOR: workgroup_memory
-// Shared by the workgroup's threads: one tile of keys and one of values, BLOCK_KV x HEAD_DIM
-// each. This is the fast on-chip memory FlashAttention is about (shared memory in CUDA).
-var<workgroup> k_tile: array<f32, BLOCK_KV * HEAD_DIM>;
-var<workgroup> v_tile: array<f32, BLOCK_KV * HEAD_DIM>;
+// Shared by the workgroup's threads: one tile of keys and one of values, BLOCK_KV rows of
+// CHUNKS vec4s each. This is the fast on-chip memory FlashAttention is about (shared memory
+// in CUDA).
+var<workgroup> k_tile: array<vec4<f32>, BLOCK_KV * CHUNKS>;
+var<workgroup> v_tile: array<vec4<f32>, BLOCK_KV * CHUNKS>;
 // ANCHOR_END: workgroup_memory
 
 // A finite stand-in for -infinity as the running maximum before any key is seen: exp(m - x)
@@ -65,13 +72,13 @@ fn visible_keys(row: u32) -> u32 {
 
 // ANCHOR: load_tile
 // Copies keys and values [kv_start, kv_start + BLOCK_KV) of `slice` into workgroup memory.
-// Thread t copies elements t, t + BLOCK_Q, t + 2 BLOCK_Q, ...: neighbouring threads read
+// Thread t copies chunks t, t + BLOCK_Q, t + 2 BLOCK_Q, ...: neighbouring threads read
 // neighbouring addresses, which the memory system serves together. Keys past Nkv (the tail
 // tile) are not loaded; no thread reads them.
 fn load_tile(slice: u32, kv_start: u32, thread: u32) {
     let keys = min(BLOCK_KV, params.kv_len - kv_start);
-    let first = (slice * params.kv_len + kv_start) * HEAD_DIM;
-    for (var e = thread; e < keys * HEAD_DIM; e += BLOCK_Q) {
+    let first = (slice * params.kv_len + kv_start) * CHUNKS;
+    for (var e = thread; e < keys * CHUNKS; e += BLOCK_Q) {
         k_tile[e] = k[first + e];
         v_tile[e] = v[first + e];
     }
@@ -96,13 +103,13 @@ fn flash_forward(
     let kv_end = visible_keys(last_row);
     let my_keys = select(0u, visible_keys(row), row_valid);
 
-    // This thread's query row, in registers.
-    var q_row: array<f32, MAX_HEAD_DIM>;
-    var acc: array<f32, MAX_HEAD_DIM>;       // unnormalised output row
+    // This thread's query row and unnormalised output row, in registers.
+    var q_row: array<vec4<f32>, MAX_CHUNKS>;
+    var acc: array<vec4<f32>, MAX_CHUNKS>;
     if row_valid {
-        for (var d = 0u; d < HEAD_DIM; d++) {
-            q_row[d] = q[(slice * params.q_len + row) * HEAD_DIM + d];
-            acc[d] = 0.0;
+        for (var c = 0u; c < CHUNKS; c++) {
+            q_row[c] = q[(slice * params.q_len + row) * CHUNKS + c];
+            acc[c] = vec4<f32>(0.0);
         }
     }
     var m = LOWEST;                           // running max of the scores seen
@@ -113,31 +120,31 @@ fn flash_forward(
         load_tile(slice, kv_start, thread);
         workgroupBarrier();                   // the tile is complete before anyone reads it
 
-        // Keys of this tile that this row sees (0 for rows past Nq or left of the mask).
+        // Keys of this tile that this row sees (0 for rows past Nq or right of the mask).
         let keys = u32(clamp(i32(my_keys) - i32(kv_start), 0, i32(BLOCK_KV)));
         if keys > 0u {
             // Scores of the tile and their max.
             var tile_max = m;
             for (var j = 0u; j < keys; j++) {
-                var dot = 0.0;
-                for (var d = 0u; d < HEAD_DIM; d++) {
-                    dot += q_row[d] * k_tile[j * HEAD_DIM + d];
+                var dot4 = vec4<f32>(0.0);
+                for (var c = 0u; c < CHUNKS; c++) {
+                    dot4 += q_row[c] * k_tile[j * CHUNKS + c];
                 }
-                s[j] = dot * params.scale;
+                s[j] = params.scale * (dot4.x + dot4.y + dot4.z + dot4.w);
                 tile_max = max(tile_max, s[j]);
             }
             // Online softmax: rescale what was accumulated under the old max, then add the
             // tile's weighted values.
             let correction = exp(m - tile_max);
             l *= correction;
-            for (var d = 0u; d < HEAD_DIM; d++) {
-                acc[d] *= correction;
+            for (var c = 0u; c < CHUNKS; c++) {
+                acc[c] *= correction;
             }
             for (var j = 0u; j < keys; j++) {
                 let p = exp(s[j] - tile_max);
                 l += p;
-                for (var d = 0u; d < HEAD_DIM; d++) {
-                    acc[d] += p * v_tile[j * HEAD_DIM + d];
+                for (var c = 0u; c < CHUNKS; c++) {
+                    acc[c] += p * v_tile[j * CHUNKS + c];
                 }
             }
             m = tile_max;
@@ -153,11 +160,11 @@ fn flash_forward(
 
 // ANCHOR: write_row
 // O = acc / l and L = m + ln(l); a row that saw no key gets O = 0 and L = -inf.
-fn write_row(slice: u32, row: u32, l: f32, m: f32, acc: ptr<function, array<f32, MAX_HEAD_DIM>>) {
-    let out = (slice * params.q_len + row) * HEAD_DIM;
+fn write_row(slice: u32, row: u32, l: f32, m: f32, acc: ptr<function, array<vec4<f32>, MAX_CHUNKS>>) {
+    let out = (slice * params.q_len + row) * CHUNKS;
     let inv_l = select(0.0, 1.0 / l, l > 0.0);
-    for (var d = 0u; d < HEAD_DIM; d++) {
-        o[out + d] = (*acc)[d] * inv_l;
+    for (var c = 0u; c < CHUNKS; c++) {
+        o[out + c] = (*acc)[c] * inv_l;
     }
     var neg_inf_bits = 0xff800000u;           // -inf has no WGSL literal; build it from bits
     lse[slice * params.q_len + row] = select(bitcast<f32>(neg_inf_bits), m + log(l), l > 0.0);

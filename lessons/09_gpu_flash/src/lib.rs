@@ -16,7 +16,7 @@
 //! it through the course's `gpu` crate.
 
 use gpu::attention::{AttentionBuffers, AttentionKernel};
-use gpu::kernel::{Dispatch, bind, compile};
+use gpu::kernel::{Dispatch, bind, check_loop_iterations, compile};
 use ndarray::Array4;
 use reference::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
 
@@ -66,9 +66,10 @@ impl FlashAttention {
 }
 // ANCHOR_END: kernel_new
 
-/// Bytes of workgroup memory the kernel needs: a `Bc x D` tile of K and one of V, in f32.
+/// Bytes of workgroup memory the kernel needs: a `Bc x D` tile of K and one of V, in f32,
+/// with `D` rounded up to a multiple of 4 (rows are stored as `vec4<f32>`).
 pub fn workgroup_bytes(tiles: TileSizes, head_dim: usize) -> usize {
-    2 * tiles.key_cols() * head_dim * size_of::<f32>()
+    2 * tiles.key_cols() * head_dim.next_multiple_of(4) * size_of::<f32>()
 }
 
 // ANCHOR: check_fits
@@ -110,6 +111,11 @@ fn check_fits(
 
 // ANCHOR: dispatches
 impl AttentionKernel for FlashAttention {
+    /// The shader reads rows as `vec4<f32>`.
+    fn row_alignment(&self) -> usize {
+        4
+    }
+
     fn dispatches(
         &self,
         device: &wgpu::Device,
@@ -122,6 +128,7 @@ impl AttentionKernel for FlashAttention {
             &self.pipeline,
             &[(0, &io.params), (1, &io.q), (2, &io.k), (3, &io.v), (4, &io.o), (5, &io.lse)],
         )?;
+        check_loop_iterations(device, "flash_forward", loop_iterations(self.tiles, shape))?;
         let query_tiles = shape.q_len.div_ceil(self.tiles.query_rows());
         let slices = shape.batch * shape.heads;
         Ok(vec![Dispatch {
@@ -133,6 +140,20 @@ impl AttentionKernel for FlashAttention {
     }
 }
 // ANCHOR_END: dispatches
+
+/// Loop iterations one thread runs at most, as lavapipe counts them (see
+/// [`gpu::kernel::LAVAPIPE_LOOP_LIMIT`]): only loops whose trip count is not an `override`
+/// constant count (those over `CHUNKS` are unrolled), and each run of a loop counts one more
+/// than its trip count (the final test). Per tile of keys: the tile loop, the loading loop
+/// (`ceil(Bc * D/4 / Br)` trips) and the two loops over the tile's keys (`Bc` trips each).
+/// Measured on lavapipe (Mesa 22.3, 2026-11-22): with `Br = Bc = 1` and `D = 128` (38 per
+/// key) the output was cut off after 1725 keys, 65535 / 38.
+pub fn loop_iterations(tiles: TileSizes, shape: &AttentionShape) -> u64 {
+    let (br, bc) = (tiles.query_rows(), tiles.key_cols());
+    let chunks = shape.head_dim.div_ceil(4);
+    let per_tile = 1 + ((bc * chunks).div_ceil(br) + 1) + 2 * (bc + 1);
+    (shape.kv_len.div_ceil(bc) * per_tile + 1) as u64
+}
 
 /// A count as `u32`, saturating: a count too large for `u32` is also far above the device's
 /// limit, which `launch` reports.

@@ -1,0 +1,98 @@
+//! Lesson 08 against the f64 oracle and the shared contract, on the GPU (lavapipe in CI). The
+//! test bodies are the ones every CPU stage runs (`reference::checks`).
+
+use lesson08::{NaiveAttention, attention_on, score_bytes};
+use ndarray::Array4;
+use proptest::prelude::*;
+use reference::checks::{
+    Forward, check_against_oracle, check_heads_independent, check_lse_at_least_row_max,
+    check_rejects_bad_inputs, run,
+};
+use reference::strategies::{Case, ShapeLimits, cases, config};
+use reference::{AttentionError, AttentionOptions, Problem, ProblemSpec, Tolerance};
+
+/// Lesson 08 on the test device, in the shape every stage shares.
+fn on_gpu() -> impl Forward {
+    let gpu = gpu::for_tests().expect("checked by the test before");
+    move |q: &Array4<f32>, k: &Array4<f32>, v: &Array4<f32>, o: &AttentionOptions| {
+        attention_on(&gpu.device, &gpu.queue, q, k, v, o)
+    }
+}
+
+proptest! {
+    #![proptest_config(config(48))]
+
+    #[test]
+    fn matches_the_oracle(case in cases(ShapeLimits::GPU)) {
+        if gpu::for_tests().is_none() { return Ok(()); }
+        check_against_oracle(&on_gpu(), &case, Tolerance::F32_GPU).map_err(TestCaseError::fail)?;
+    }
+
+    #[test]
+    fn logsumexp_is_at_least_the_row_max(case in cases(ShapeLimits::GPU)) {
+        if gpu::for_tests().is_none() { return Ok(()); }
+        check_lse_at_least_row_max(&on_gpu(), &case).map_err(TestCaseError::fail)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(config(8))]
+
+    #[test]
+    fn heads_and_batches_are_independent(case in cases(ShapeLimits { seq: 64, ..ShapeLimits::GPU })) {
+        if gpu::for_tests().is_none() { return Ok(()); }
+        check_heads_independent(&on_gpu(), &case).map_err(TestCaseError::fail)?;
+    }
+}
+
+/// A causal mask shifted by one, or a row bound that ignores the last key, changes these.
+#[test]
+fn edge_shapes_and_causal_offsets() {
+    if gpu::for_tests().is_none() {
+        return;
+    }
+    for (q_len, kv_len) in [(17, 9), (9, 17), (1, 33), (33, 1), (16, 16)] {
+        for causal in [false, true] {
+            let case = Case { spec: ProblemSpec::new(1, 2, q_len, kv_len, 5).causal(causal), seed: 3 };
+            check_against_oracle(&on_gpu(), &case, Tolerance::F32_GPU)
+                .unwrap_or_else(|e| panic!("{case:?}: {e}"));
+        }
+    }
+}
+
+#[test]
+fn rejects_bad_inputs_with_clear_errors() {
+    if gpu::for_tests().is_none() {
+        return;
+    }
+    check_rejects_bad_inputs(&on_gpu()).unwrap();
+}
+
+/// The score matrix must fit in one storage buffer binding: a problem whose `S` is one row too
+/// large for this device is refused before anything is allocated. With `D = 1` the inputs stay
+/// tiny while `S` (N x N floats) outgrows the limit.
+#[test]
+fn a_score_matrix_larger_than_a_buffer_binding_is_an_error() {
+    let Some(gpu) = gpu::for_tests() else { return };
+    let limits = gpu.device.limits();
+    let limit = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size);
+    // The smallest square N whose N x N floats exceed the limit.
+    let n = ((limit / 4) as f64).sqrt() as usize + 1;
+    let spec = ProblemSpec::new(1, 1, n, n, 1);
+    assert!(score_bytes(&spec.shape()) > limit);
+    let err = run(&on_gpu(), &Problem::random(&spec, 0)).unwrap_err();
+    match &err {
+        AttentionError::ExceedsDeviceLimit { what, needed, limit: l, .. } => {
+            assert!(what.contains("score matrix S"), "{err}");
+            assert_eq!((*needed, *l), (score_bytes(&spec.shape()), limit));
+        }
+        other => panic!("expected ExceedsDeviceLimit, got {other}"),
+    }
+}
+
+#[test]
+fn the_three_kernels_compile_and_name_their_buffers() {
+    let Some(gpu) = gpu::for_tests() else { return };
+    assert!(NaiveAttention::new(&gpu.device).is_ok());
+    assert_eq!(score_bytes(&ProblemSpec::new(2, 3, 5, 7, 64).shape()), 4 * 2 * 3 * 5 * 7);
+}

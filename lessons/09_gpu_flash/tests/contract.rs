@@ -1,0 +1,187 @@
+//! Lesson 09 against the f64 oracle and the shared contract, on the GPU (lavapipe in CI), over
+//! random shapes and random tile sizes. The test bodies are the ones every CPU stage runs
+//! (`reference::checks`): only the forward function handed to them differs.
+
+use lesson09::{FlashAttention, MAX_BLOCK_KV, TileSizes, attention_on, workgroup_bytes};
+use ndarray::Array4;
+use proptest::prelude::*;
+use reference::checks::{
+    Forward, check_against_oracle, check_heads_independent, check_lse_at_least_row_max,
+    check_rejects_bad_inputs, logit_bound, run,
+};
+use reference::strategies::{Case, ShapeLimits, cases, config};
+use reference::{AttentionError, AttentionOptions, Problem, ProblemSpec, Tolerance, check_output};
+
+/// Lesson 09 with fixed tiles on the test device, in the shape every stage shares.
+fn on_gpu(tiles: TileSizes) -> impl Forward {
+    let gpu = gpu::for_tests().expect("checked by the test before");
+    move |q: &Array4<f32>, k: &Array4<f32>, v: &Array4<f32>, o: &AttentionOptions| {
+        attention_on(&gpu.device, &gpu.queue, q, k, v, o, tiles)
+    }
+}
+
+/// Random tiles that the kernel accepts for this case's head dim on this device: `Br` up to
+/// 256 threads, `Bc` up to 64 keys and as many as fit in workgroup memory.
+fn tiles_for(case: &Case, br: usize, bc: usize) -> TileSizes {
+    let gpu = gpu::for_tests().expect("checked by the test before");
+    let bytes = gpu.device.limits().max_compute_workgroup_storage_size as usize;
+    let bytes_per_key = workgroup_bytes(TileSizes::new(1, 1).unwrap(), case.spec.head_dim);
+    let bc = bc.min(MAX_BLOCK_KV).min(bytes / bytes_per_key);
+    TileSizes::new(br.min(256), bc).unwrap()
+}
+
+/// Tile sizes before [`tiles_for`] fits them: 1 sometimes, often small (several tiles and a
+/// tail at N <= 200), up to 256 query rows and 64 keys. (One-thread workgroups are slow on
+/// lavapipe, so 1 is drawn less often than on the CPU.)
+fn raw_tiles() -> impl Strategy<Value = (usize, usize)> {
+    let size = |max: usize| prop_oneof![1 => Just(1), 3 => 2..=16usize, 4 => 2..=max];
+    (size(256), size(MAX_BLOCK_KV))
+}
+
+/// The GPU's f32 error allowed against the oracle. Measured with this kernel on lavapipe
+/// (2026-11-22, 512 random cases): relative Frobenius error of O at most X * bound, ...
+const TOLERANCE: Tolerance = Tolerance::F32_GPU;
+
+proptest! {
+    #![proptest_config(config(48))]
+
+    #[test]
+    fn matches_the_oracle_for_any_tile_sizes(case in cases(ShapeLimits::GPU), (br, bc) in raw_tiles()) {
+        if gpu::for_tests().is_none() { return Ok(()); }
+        let tiles = tiles_for(&case, br, bc);
+        check_against_oracle(&on_gpu(tiles), &case, TOLERANCE)
+            .map_err(|e| TestCaseError::fail(format!("{tiles:?}: {e}")))?;
+    }
+}
+
+proptest! {
+    #![proptest_config(config(16))]
+
+    #[test]
+    fn agrees_with_the_cpu_lesson_03_on_the_same_tiles(case in cases(ShapeLimits::GPU), (br, bc) in raw_tiles()) {
+        if gpu::for_tests().is_none() { return Ok(()); }
+        let tiles = tiles_for(&case, br, bc);
+        let p = case.problem();
+        let cpu = lesson03::attention(&p.q, &p.k, &p.v, &p.options, tiles).unwrap();
+        let gpu = run(&on_gpu(tiles), &p).unwrap();
+        let tol = TOLERANCE.for_logits(logit_bound(&p));
+        check_output(&gpu, &cpu.to_f64(), tol).map_err(|e| TestCaseError::fail(format!("{tiles:?}\n{e}")))?;
+    }
+
+    #[test]
+    fn output_does_not_depend_on_tile_sizes(case in cases(ShapeLimits::GPU), a in raw_tiles(), b in raw_tiles()) {
+        if gpu::for_tests().is_none() { return Ok(()); }
+        let (a, b) = (tiles_for(&case, a.0, a.1), tiles_for(&case, b.0, b.1));
+        let p = case.problem();
+        let (out_a, out_b) = (run(&on_gpu(a), &p).unwrap(), run(&on_gpu(b), &p).unwrap());
+        let tol = TOLERANCE.for_logits(logit_bound(&p));
+        check_output(&out_a, &out_b.to_f64(), tol).map_err(|e| TestCaseError::fail(format!("{a:?} vs {b:?}\n{e}")))?;
+    }
+
+    #[test]
+    fn logsumexp_is_at_least_the_row_max(case in cases(ShapeLimits::GPU), (br, bc) in raw_tiles()) {
+        if gpu::for_tests().is_none() { return Ok(()); }
+        check_lse_at_least_row_max(&on_gpu(tiles_for(&case, br, bc)), &case).map_err(TestCaseError::fail)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(config(8))]
+
+    #[test]
+    fn heads_and_batches_are_independent(case in cases(ShapeLimits { seq: 64, ..ShapeLimits::GPU }), (br, bc) in raw_tiles()) {
+        if gpu::for_tests().is_none() { return Ok(()); }
+        check_heads_independent(&on_gpu(tiles_for(&case, br, bc)), &case).map_err(TestCaseError::fail)?;
+    }
+}
+
+/// The cases a wrong tail bound or causal offset would get wrong, every run: `Nq` and `Nkv`
+/// one past a tile, causal with `Nq > Nkv` (rows that see nothing) and `Nq < Nkv`.
+#[test]
+fn tail_tiles_and_causal_offsets() {
+    if gpu::for_tests().is_none() {
+        return;
+    }
+    let tiles = TileSizes::new(16, 8).unwrap();
+    for (q_len, kv_len) in [(17, 9), (9, 17), (16, 8), (1, 33), (33, 1)] {
+        for causal in [false, true] {
+            let case = Case { spec: ProblemSpec::new(1, 2, q_len, kv_len, 5).causal(causal), seed: 3 };
+            check_against_oracle(&on_gpu(tiles), &case, TOLERANCE)
+                .unwrap_or_else(|e| panic!("{case:?}: {e}"));
+        }
+    }
+}
+
+#[test]
+fn rejects_bad_inputs_with_clear_errors() {
+    if gpu::for_tests().is_none() {
+        return;
+    }
+    check_rejects_bad_inputs(&on_gpu(lesson09::default_tiles())).unwrap();
+}
+
+#[test]
+fn rejects_what_the_kernel_or_the_device_cannot_run() {
+    let Some(gpu) = gpu::for_tests() else { return };
+    let device = &gpu.device;
+    let err = |tiles: TileSizes, d: usize| match FlashAttention::new(device, tiles, d) {
+        Ok(_) => panic!("{tiles:?} with D = {d} was accepted"),
+        Err(e) => e,
+    };
+    let tiles = |br, bc| TileSizes::new(br, bc).unwrap();
+
+    assert_eq!(err(tiles(64, 32), 129), AttentionError::UnsupportedHeadDim { head_dim: 129, max: 128 });
+    assert_eq!(
+        err(tiles(64, 65), 8).to_string(),
+        "tile size for key columns (Bc) is 65; expected at most 64 for this kernel"
+    );
+    // 64 keys x 128 dims x 4 bytes x (K and V) = 64 KiB: more than any device of the course has.
+    let available = device.limits().max_compute_workgroup_storage_size as usize;
+    assert_eq!(
+        err(tiles(64, 64), 128),
+        AttentionError::TilesDoNotFit { needed: workgroup_bytes(tiles(64, 64), 128), available }
+    );
+    let too_many_threads = device.limits().max_compute_invocations_per_workgroup as usize + 1;
+    assert!(matches!(
+        err(tiles(too_many_threads, 8), 8),
+        AttentionError::ExceedsDeviceLimit { limit_name: "max_compute_invocations_per_workgroup", .. }
+    ));
+}
+
+#[test]
+fn more_slices_than_one_dispatch_may_launch_is_an_error() {
+    let Some(gpu) = gpu::for_tests() else { return };
+    let limit = gpu.device.limits().max_compute_workgroups_per_dimension as usize;
+    let p = Problem::random(&ProblemSpec::new(limit + 1, 1, 1, 1, 1), 0);
+    let err = run(&on_gpu(lesson09::default_tiles()), &p).unwrap_err();
+    assert!(
+        matches!(err, AttentionError::ExceedsDeviceLimit { limit_name: "max_compute_workgroups_per_dimension", .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("workgroups"), "{err}");
+}
+
+/// Lavapipe silently cuts off any shader invocation after 65535 loop iterations. The host
+/// counts the kernel's iterations and refuses a problem beyond the limit; at the limit the
+/// answer is still right. `Br = Bc = 1` and `D = 128` is the most iterations per key (38).
+#[test]
+fn lavapipe_loop_limit_is_refused_not_silently_wrong() {
+    let Some(gpu) = gpu::for_tests() else { return };
+    if !gpu.info.name.contains("llvmpipe") {
+        return; // real GPUs have no such limit
+    }
+    let tiles = TileSizes::new(1, 1).unwrap();
+    let limit = gpu::kernel::LAVAPIPE_LOOP_LIMIT;
+    let largest = (1..4000)
+        .take_while(|&n| {
+            let shape = ProblemSpec::new(1, 1, 1, n, 128).shape();
+            lesson09::loop_iterations(tiles, &shape) <= limit
+        })
+        .last()
+        .unwrap();
+    let at_limit = Case { spec: ProblemSpec::new(1, 1, 1, largest, 128), seed: 1 };
+    check_against_oracle(&on_gpu(tiles), &at_limit, TOLERANCE).unwrap();
+    let beyond = ProblemSpec::new(1, 1, 1, largest + 1, 128);
+    let err = run(&on_gpu(tiles), &Problem::random(&beyond, 1)).unwrap_err();
+    assert!(err.to_string().contains("LP_MAX_TGSI_LOOP_ITERATIONS"), "{err}");
+}

@@ -139,7 +139,7 @@ mod tests {
 
     #[test]
     fn no_adapter_says_how_to_get_one() {
-        let err = choose_adapter(Vec::new(), None).err().expect("no adapters");
+        let err = choose_adapter(Vec::new(), None).expect_err("no adapters");
         assert!(err.to_string().contains("apt-get install mesa-vulkan-drivers"), "{err}");
     }
 
@@ -150,7 +150,7 @@ mod tests {
             return; // covered by no_adapter_says_how_to_get_one
         }
         let first = adapters[0].get_info().name;
-        let err = choose_adapter(adapters, Some("no such gpu")).err().expect("no match");
+        let err = choose_adapter(adapters, Some("no such gpu")).expect_err("no match");
         assert!(err.to_string().contains(&first), "{err}");
         let again = choose_adapter(self::adapters(), Some(&first.to_uppercase())).unwrap();
         assert_eq!(again.get_info().name, first);

@@ -54,7 +54,11 @@ impl GpuTimer {
     }
 
     /// Seconds between the two timestamps of the last submitted pass (waits for it).
-    pub fn seconds(&self, device: &wgpu::Device, queue: &wgpu::Queue) -> Result<f64, AttentionError> {
+    pub fn seconds(
+        &self,
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+    ) -> Result<f64, AttentionError> {
         let ticks: Vec<u64> = crate::buffers::download(device, queue, &self.resolved)?;
         let elapsed = ticks[1].saturating_sub(ticks[0]) as f64;
         Ok(elapsed * self.nanoseconds_per_tick * 1e-9)

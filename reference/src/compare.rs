@@ -45,8 +45,13 @@ impl Tolerance {
     /// `Q`. `4e-6` per element leaves a margin of about 3.
     pub const F32_CPU_GRADIENTS: Self = Self { rel_frobenius: 1e-6, abs: 4e-6, rel: 4e-6 };
 
-    /// f32 arithmetic on a GPU (or lavapipe), before growing with the logits. PROVISIONAL
-    pub const F32_GPU: Self = Self { rel_frobenius: 1e-5, abs: 1e-5, rel: 1e-5 };
+    /// f32 arithmetic on a GPU, before growing with the logits. GPUs evaluate `exp` and `log`
+    /// with their own approximations and sum in their own order, so this is measured apart
+    /// from the CPU's: over random problems (lessons 08 and 09, `cargo run --release -p
+    /// lesson09 --example measure_error`, 2026-11-22) the relative Frobenius error stayed below
+    /// `3.5e-7 * bound` on lavapipe (400 problems) and `1.2e-7 * bound` on an NVIDIA H200 (300),
+    /// and every element within `1.1e-7 * bound * (1 + |ref|)`. `2e-6` leaves a margin of 5.
+    pub const F32_GPU: Self = Self { rel_frobenius: 2e-6, abs: 2e-6, rel: 2e-6 };
 
     /// Outputs stored in f16 from f32 arithmetic, against the oracle on the same (rounded)
     /// inputs. Measured on 300 random problems (lesson 06, 2026-11-21): FlashAttention's `O`,

@@ -121,7 +121,10 @@ impl fmt::Display for AttentionError {
                 write!(f, "tile size for {which} is {value}; expected at least 1")
             }
             Self::TileTooLarge { which, value, max } => {
-                write!(f, "tile size for {which} is {value}; expected at most {max} for this kernel")
+                write!(
+                    f,
+                    "tile size for {which} is {value}; expected at most {max} for this kernel"
+                )
             }
             Self::UnsupportedHeadDim { head_dim, max } => write!(
                 f,

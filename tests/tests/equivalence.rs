@@ -7,6 +7,18 @@ use proptest::prelude::*;
 use reference::checks::{logit_bound, run};
 use reference::strategies::{ShapeLimits, cases, config};
 use reference::{AttentionOutput, check_output, oracle};
+use tour::Stage;
+
+/// Every CPU stage, and the GPU stages unless the machine has no GPU adapter and
+/// `FLASH_SKIP_GPU_TESTS` is set (without it, no adapter fails the test with the error that
+/// says how to install lavapipe).
+fn every_stage() -> Vec<Stage> {
+    let mut stages = tour::stages();
+    if gpu::for_tests().is_some() {
+        stages.extend(tour::gpu_stages().expect("the adapter was found"));
+    }
+    stages
+}
 
 proptest! {
     #![proptest_config(config(64))]
@@ -16,7 +28,7 @@ proptest! {
         let p = case.problem();
         let expected = oracle::attention(&p.q, &p.k, &p.v, &p.options).unwrap();
         let mut first: Option<(&str, AttentionOutput<f64>)> = None;
-        for stage in tour::stages() {
+        for stage in every_stage() {
             let fail = |e: String| TestCaseError::fail(format!("{}: {case:?}\n{e}", stage.package));
             let out = run(&stage.forward, &p).map_err(|e| fail(e.to_string()))?;
             let vs_oracle = stage.tolerance.for_logits(logit_bound(&p));
@@ -35,9 +47,12 @@ proptest! {
 
 #[test]
 fn every_stage_of_the_course_so_far_is_checked() {
-    let packages: Vec<_> = tour::stages().iter().map(|s| s.package).collect();
-    assert_eq!(
-        packages,
-        ["lesson01", "lesson02", "lesson03", "lesson04", "lesson06", "lesson06", "lesson07"]
-    );
+    let packages: Vec<_> = every_stage().iter().map(|s| s.package).collect();
+    let cpu = ["lesson01", "lesson02", "lesson03", "lesson04", "lesson06", "lesson06", "lesson07"];
+    let gpu = ["lesson08", "lesson09"];
+    if gpu::for_tests().is_some() {
+        assert_eq!(packages, [&cpu[..], &gpu[..]].concat());
+    } else {
+        assert_eq!(packages, cpu);
+    }
 }

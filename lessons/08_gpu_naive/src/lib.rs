@@ -36,8 +36,14 @@ pub struct NaiveAttention {
 impl NaiveAttention {
     /// Compiles the three entry points of [`SHADER`].
     pub fn new(device: &wgpu::Device) -> Result<Self, AttentionError> {
+        Self::from_source(device, SHADER)
+    }
+
+    /// [`NaiveAttention::new`] with another WGSL source in place of [`SHADER`] (exercise 08
+    /// runs the learner's `naive.wgsl` through this), with the same entry points and bindings.
+    pub fn from_source(device: &wgpu::Device, source: &str) -> Result<Self, AttentionError> {
         let constants = [("TILE", TILE as f64), ("ROWS", ROWS as f64)];
-        let entry = |name| compile(device, name, SHADER, name, &constants);
+        let entry = |name| compile(device, name, source, name, &constants);
         Ok(Self {
             scores: entry("scores")?,
             softmax: entry("softmax")?,

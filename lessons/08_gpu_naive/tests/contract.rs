@@ -53,7 +53,8 @@ fn edge_shapes_and_causal_offsets() {
     }
     for (q_len, kv_len) in [(17, 9), (9, 17), (1, 33), (33, 1), (16, 16)] {
         for causal in [false, true] {
-            let case = Case { spec: ProblemSpec::new(1, 2, q_len, kv_len, 5).causal(causal), seed: 3 };
+            let case =
+                Case { spec: ProblemSpec::new(1, 2, q_len, kv_len, 5).causal(causal), seed: 3 };
             check_against_oracle(&on_gpu(), &case, Tolerance::F32_GPU)
                 .unwrap_or_else(|e| panic!("{case:?}: {e}"));
         }

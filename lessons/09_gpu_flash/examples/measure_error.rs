@@ -12,10 +12,17 @@ use reference::{AttentionOutput, oracle};
 
 /// Worst relative Frobenius error and worst element error `|a - e| / (1 + |e|)`, both divided
 /// by the logit bound, over O and L.
-fn errors(actual: &AttentionOutput<f32>, expected: &AttentionOutput<f64>, bound: f64) -> (f64, f64) {
+fn errors(
+    actual: &AttentionOutput<f32>,
+    expected: &AttentionOutput<f64>,
+    bound: f64,
+) -> (f64, f64) {
     let mut worst = (0.0f64, 0.0f64);
     let pairs = [
-        (actual.o.iter().copied().collect::<Vec<_>>(), expected.o.iter().copied().collect::<Vec<_>>()),
+        (
+            actual.o.iter().copied().collect::<Vec<_>>(),
+            expected.o.iter().copied().collect::<Vec<_>>(),
+        ),
         (actual.lse.iter().copied().collect(), expected.lse.iter().copied().collect()),
     ];
     for (a, e) in pairs {
@@ -48,7 +55,8 @@ fn main() {
         let bound = logit_bound(&p).max(1.0);
         let expected = oracle::attention(&p.q, &p.k, &p.v, &p.options).expect("valid");
         let tiles = lesson09::TileSizes::new(br, bc).expect("at least 1");
-        let run9 = lesson09::attention_on(&gpu.device, &gpu.queue, &p.q, &p.k, &p.v, &p.options, tiles);
+        let run9 =
+            lesson09::attention_on(&gpu.device, &gpu.queue, &p.q, &p.k, &p.v, &p.options, tiles);
         let run8 = lesson08::attention_on(&gpu.device, &gpu.queue, &p.q, &p.k, &p.v, &p.options);
         for (worst, run) in [(&mut flash, run9), (&mut naive, run8)] {
             let e = errors(&run.expect("the kernel runs"), &expected, bound);

@@ -1,6 +1,7 @@
 //! # The tour: every stage of the course, side by side
 //!
-//! [`stages`] lists every forward implementation that exists so far, in course order. The
+//! [`stages`] lists every CPU forward implementation that exists so far, in course order, and
+//! [`gpu_stages`] the GPU ones when the machine has a GPU adapter (or lavapipe). The
 //! tour binary (`cargo run --release` at the workspace root) runs them all on one problem,
 //! checks each against the f64 oracle, and prints error, time and peak memory; the grader's
 //! cross-stage equivalence test runs the same list on random problems.
@@ -12,7 +13,9 @@ use lesson06::policy::attention_in_precision;
 use ndarray::Array4;
 use reference::checks::{Forward, logit_bound, run};
 use reference::memory::{NotInstalled, peak_bytes_during};
-use reference::{AttentionOutput, Comparison, Gradients, Problem, Tolerance, compare};
+use reference::{
+    AttentionError, AttentionOutput, Comparison, Gradients, Problem, Tolerance, compare,
+};
 
 /// One stage of the course.
 pub struct Stage {
@@ -23,7 +26,7 @@ pub struct Stage {
     /// The forward function, in the shape every stage shares.
     pub forward: Box<dyn Forward>,
     /// How close to the oracle it must be (before growing with the logits): f32 stages
-    /// `F32_CPU`, stages that store in 16 bits their format's tolerance.
+    /// `F32_CPU`, GPU stages `F32_GPU`, stages that store in 16 bits their format's tolerance.
     pub tolerance: Tolerance,
 }
 
@@ -86,6 +89,31 @@ pub fn stages() -> Vec<Stage> {
             tolerance: Tolerance::F32_CPU,
         },
     ]
+}
+
+/// The GPU stages (lessons 08 and 09, f32) on the process's shared device, or the error that
+/// says why there is no GPU adapter (and how to install lavapipe).
+pub fn gpu_stages() -> Result<Vec<Stage>, AttentionError> {
+    let gpu = gpu::Gpu::shared()?;
+    let (device, queue) = (&gpu.device, &gpu.queue);
+    Ok(vec![
+        Stage {
+            name: "GPU naive, three WGSL kernels",
+            package: "lesson08",
+            forward: Box::new(move |q: &_, k: &_, v: &_, o: &_| {
+                lesson08::attention_on(device, queue, q, k, v, o)
+            }),
+            tolerance: Tolerance::F32_GPU,
+        },
+        Stage {
+            name: "GPU FlashAttention, WGSL",
+            package: "lesson09",
+            forward: Box::new(move |q: &_, k: &_, v: &_, o: &_| {
+                lesson09::attention_on(device, queue, q, k, v, o, lesson09::default_tiles())
+            }),
+            tolerance: Tolerance::F32_GPU,
+        },
+    ])
 }
 // ANCHOR_END: stages
 

@@ -7,7 +7,8 @@ use std::time::Instant;
 use reference::memory::CountingAllocator;
 use reference::{AttentionOutput, Problem, ProblemSpec, oracle};
 use tour::{
-    backward_table, format_bytes, format_duration, measure, measure_backward, stages, table,
+    backward_table, format_bytes, format_duration, gpu_stages, measure, measure_backward, stages,
+    table,
 };
 
 #[global_allocator]
@@ -55,8 +56,16 @@ fn main() -> ExitCode {
     };
     println!("f64 oracle: {}\n", format_duration(start.elapsed()));
 
+    let mut all_stages = stages();
+    match gpu_stages() {
+        Ok(gpu) => {
+            println!("GPU: {}\n", gpu::Gpu::shared().map(|g| g.describe()).unwrap_or_default());
+            all_stages.extend(gpu);
+        }
+        Err(e) => println!("GPU stages skipped: {e}\n"),
+    }
     let mut measurements = Vec::new();
-    for stage in stages() {
+    for stage in all_stages {
         match measure(&stage, &problem, &expected) {
             Ok(m) => measurements.push(m),
             Err(e) => {

@@ -5,6 +5,9 @@
 //! type, too many workgroups) to an error handler that panics by default. Each step here runs
 //! inside an *error scope* instead, and a caught error comes back as `Err`.
 
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
 use reference::AttentionError;
 
 /// One compute dispatch: a pipeline, its buffers, and how many workgroups to launch.
@@ -22,7 +25,30 @@ pub struct Dispatch {
 /// Compiles the entry point `entry` of a WGSL source, giving its `override` constants the
 /// values in `constants` (WGSL overrides are set when the pipeline is created, so one shader
 /// file serves every tile size).
+///
+/// Pipelines are kept, per device, source, entry point and constants, for the life of the
+/// process: compiling one takes a tenth of a second or more on lavapipe, and tests (proptest's
+/// shrinking above all) ask for the same few pipelines hundreds of times.
 pub fn compile(
+    device: &wgpu::Device,
+    label: &str,
+    source: &str,
+    entry: &str,
+    constants: &[(&str, f64)],
+) -> Result<wgpu::ComputePipeline, AttentionError> {
+    type Key = (wgpu::Device, String, String, Vec<(String, u64)>);
+    static PIPELINES: Mutex<BTreeMap<Key, wgpu::ComputePipeline>> = Mutex::new(BTreeMap::new());
+    let values = constants.iter().map(|&(name, value)| (name.to_string(), value.to_bits()));
+    let key = (device.clone(), source.to_string(), entry.to_string(), values.collect());
+    if let Some(pipeline) = PIPELINES.lock().expect("not poisoned").get(&key) {
+        return Ok(pipeline.clone());
+    }
+    let pipeline = compile_uncached(device, label, source, entry, constants)?;
+    PIPELINES.lock().expect("not poisoned").insert(key, pipeline.clone());
+    Ok(pipeline)
+}
+
+fn compile_uncached(
     device: &wgpu::Device,
     label: &str,
     source: &str,

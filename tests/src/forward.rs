@@ -30,8 +30,15 @@ fn plain_cases(causal: bool) -> impl Strategy<Value = Case> {
     })
 }
 
-/// The standard checks of the attention contract for `forward`.
+/// The standard checks of the attention contract for `forward`, within the CPU's f32
+/// tolerance.
 pub fn forward_checks(forward: SharedForward) -> Vec<Check> {
+    forward_checks_within(forward, Tolerance::F32_CPU)
+}
+
+/// The standard checks of the attention contract for `forward`, within `tolerance` of the
+/// oracle (`Tolerance::F32_GPU` for the GPU exercises).
+pub fn forward_checks_within(forward: SharedForward, tolerance: Tolerance) -> Vec<Check> {
     let f = forward.clone();
     let one_key = Check::new(
         "one key: O = V and L = the scaled score",
@@ -52,9 +59,7 @@ pub fn forward_checks(forward: SharedForward) -> Vec<Check> {
         "Compare your S, P and O with the formulas on a small failing shape; a wrong result on \
          Nq = 1 or Nkv = 1 often means a loop bound is off.",
         move || {
-            for_all(CASES, plain_cases(false), |case| {
-                check_against_oracle(&*f, &case, Tolerance::F32_CPU)
-            })
+            for_all(CASES, plain_cases(false), |case| check_against_oracle(&*f, &case, tolerance))
         },
     );
     let f = forward.clone();
@@ -67,7 +72,7 @@ pub fn forward_checks(forward: SharedForward) -> Vec<Check> {
                 c.spec.kv_len = c.spec.q_len;
                 c
             });
-            for_all(CASES, square, |case| check_against_oracle(&*f, &case, Tolerance::F32_CPU))
+            for_all(CASES, square, |case| check_against_oracle(&*f, &case, tolerance))
         },
     );
     let f = forward.clone();
@@ -82,7 +87,7 @@ pub fn forward_checks(forward: SharedForward) -> Vec<Check> {
                 }
                 c
             });
-            for_all(CASES, rectangular, |case| check_against_oracle(&*f, &case, Tolerance::F32_CPU))
+            for_all(CASES, rectangular, |case| check_against_oracle(&*f, &case, tolerance))
         },
     );
     let f = forward.clone();
@@ -95,7 +100,7 @@ pub fn forward_checks(forward: SharedForward) -> Vec<Check> {
                 c.spec = c.spec.logit_scale(100.0);
                 c
             });
-            for_all(CASES, extreme, |case| check_against_oracle(&*f, &case, Tolerance::F32_CPU))
+            for_all(CASES, extreme, |case| check_against_oracle(&*f, &case, tolerance))
         },
     );
     let f = forward.clone();

@@ -5,9 +5,10 @@
 //!
 //! * [`check`]: a graded check (name, hint, body) and how it is run and reported.
 //! * [`forward`]: the checks shared by every exercise that implements the attention contract.
-//! * [`ex01`] to [`ex07`]: each exercise's adapter trait, its checks, and the lesson's
+//! * [`ex01`] to [`ex09`]: each exercise's adapter trait, its checks, and the lesson's
 //!   implementation of the trait (the reference solution).
-//! * [`mutants`]: planted-bug implementations of each trait.
+//! * [`mutants`]: planted-bug implementations of each trait of exercises 01 to 07;
+//!   [`wgsl_mutants`]: planted bugs in the lessons' WGSL kernels (exercises 08 and 09).
 //! * [`hidden`]: the `main` of the hidden test binaries in `tests/hidden/`.
 //! * [`self_check`]: the lessons pass every check; every mutant is caught.
 //!
@@ -25,7 +26,10 @@ pub mod ex04;
 pub mod ex05;
 pub mod ex06;
 pub mod ex07;
+pub mod ex08;
+pub mod ex09;
 pub mod forward;
 pub mod hidden;
 pub mod mutants;
 pub mod self_check;
+pub mod wgsl_mutants;

@@ -7,7 +7,8 @@ use crate::check::{Check, Outcome};
 use crate::mutants::{
     BackwardBug, Flash1Bug, NaiveBug, OnlineBug, ParallelBug, PrecisionBug, TiledBug,
 };
-use crate::{ex01, ex02, ex03, ex04, ex05, ex06, ex07};
+use crate::wgsl_mutants::{FLASH_BUGS, NAIVE_BUGS};
+use crate::{ex01, ex02, ex03, ex04, ex05, ex06, ex07, ex08, ex09};
 
 /// What the self-check found for one exercise.
 pub struct Report {
@@ -64,6 +65,20 @@ pub fn run() -> Vec<Report> {
             ex07::checks(ex07::Lesson),
             ParallelBug::ALL.map(|b| (format!("{b:?}"), ex07::checks(b))),
         ),
+        report(
+            "ex08",
+            ex08::checks(ex08::lesson()),
+            NAIVE_BUGS.map(|b| {
+                (b.name.to_string(), ex08::checks(ex08::Shader(b.plant(lesson08::SHADER))))
+            }),
+        ),
+        report(
+            "ex09",
+            ex09::checks(ex09::lesson()),
+            FLASH_BUGS.map(|b| {
+                (b.name.to_string(), ex09::checks(ex09::Shader(b.plant(lesson09::SHADER))))
+            }),
+        ),
     ]
 }
 
@@ -100,9 +115,10 @@ pub fn table(reports: &[Report]) -> String {
         for failure in &r.lesson_failures {
             out += &format!("    lesson fails: {failure}\n");
         }
+        let width = r.mutants.iter().map(|(m, _)| m.len()).max().unwrap_or(0);
         for (mutant, by) in &r.mutants {
             out += &format!(
-                "    {mutant:<27} {}\n",
+                "    {mutant:<width$} {}\n",
                 by.map_or("NOT CAUGHT".to_string(), |c| format!("caught by: {c}"))
             );
         }

@@ -18,7 +18,7 @@ use std::process::{Command, ExitCode, Stdio};
 use grader::hidden::Status;
 
 /// Every exercise: package, folder, topic.
-const EXERCISES: [(&str, &str, &str); 7] = [
+const EXERCISES: [(&str, &str, &str); 9] = [
     ("ex01", "exercises/01_naive", "naive attention"),
     ("ex02", "exercises/02_online_softmax", "online softmax and the (m, l) merge"),
     ("ex03", "exercises/03_tiled_forward", "tiled FlashAttention forward"),
@@ -26,6 +26,8 @@ const EXERCISES: [(&str, &str, &str); 7] = [
     ("ex05", "exercises/05_backward", "the backward pass"),
     ("ex06", "exercises/06_precision", "attention in 16 bits"),
     ("ex07", "exercises/07_parallel_cpu", "a fast CPU FlashAttention"),
+    ("ex08", "exercises/08_gpu_naive", "naive attention in WGSL"),
+    ("ex09", "exercises/09_gpu_flash", "FlashAttention forward in WGSL"),
 ];
 
 const USAGE: &str = "usage: cargo grade [exNN ...] | --list | --self-check";

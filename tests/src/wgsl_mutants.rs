@@ -1,0 +1,107 @@
+//! Planted bugs in the WGSL kernels of exercises 08 and 09. Each mutant is the lesson's shader
+//! with one classic mistake put in by a text replacement, so the bug is exactly the diff: what
+//! is replaced, and by what.
+
+/// One planted bug: every occurrence of `find` in the lesson's shader becomes `replace`.
+#[derive(Clone, Copy, Debug)]
+pub struct WgslBug {
+    /// What the bug is.
+    pub name: &'static str,
+    /// Text of the lesson's shader to change.
+    pub find: &'static str,
+    /// What it becomes.
+    pub replace: &'static str,
+}
+
+impl WgslBug {
+    /// The shader `source` with this bug planted.
+    ///
+    /// # Panics
+    /// If `find` is not in `source`: the lesson's shader changed and the mutant must follow.
+    pub fn plant(&self, source: &str) -> String {
+        assert!(
+            source.contains(self.find),
+            "mutant {:?} no longer applies to the shader",
+            self.name
+        );
+        source.replace(self.find, self.replace)
+    }
+}
+
+/// Classic mistakes in naive WGSL attention (exercise 08), against `lesson08::SHADER`.
+pub const NAIVE_BUGS: [WgslBug; 6] = [
+    WgslBug {
+        name: "scores not multiplied by the scale",
+        find: "= params.scale * dot;",
+        replace: "= dot;",
+    },
+    WgslBug {
+        name: "causal mask shifted by one key",
+        find: "let end = i32(row) + 1 + i32(params.kv_len)",
+        replace: "let end = i32(row) + 2 + i32(params.kv_len)",
+    },
+    WgslBug {
+        name: "row maximum not subtracted before exp",
+        find: "exp(s[row + j] - m)",
+        replace: "exp(s[row + j])",
+    },
+    WgslBug {
+        name: "L stored as ln(l) instead of m + ln(l)",
+        find: "m + log(l), keys > 0u",
+        replace: "log(l), keys > 0u",
+    },
+    WgslBug {
+        name: "last visible key left out of O = PV",
+        find: "j < visible_keys(i); j++",
+        replace: "j + 1u < visible_keys(i); j++",
+    },
+    WgslBug {
+        name: "Q read as [B, N, H, D]",
+        find: "let q_row = (slice * params.q_len + i) * d_len;",
+        replace: "let q_row = (i * params.slices + slice) * d_len;",
+    },
+];
+
+/// Classic mistakes in WGSL FlashAttention (exercise 09), against `lesson09::SHADER`.
+pub const FLASH_BUGS: [WgslBug; 8] = [
+    WgslBug {
+        name: "no barrier after loading a tile",
+        find: "load_tile(slice, kv_start, thread);\n        workgroupBarrier();",
+        replace: "load_tile(slice, kv_start, thread);",
+    },
+    WgslBug {
+        name: "no barrier before loading the next tile",
+        find: "        workgroupBarrier();                   // everyone is done with the tile before reloading\n",
+        replace: "",
+    },
+    WgslBug {
+        name: "tail tile of keys ignored",
+        find: "kv_start < kv_end; kv_start += BLOCK_KV",
+        replace: "kv_start + BLOCK_KV <= kv_end; kv_start += BLOCK_KV",
+    },
+    WgslBug {
+        name: "causal mask shifted by one key",
+        find: "let end = i32(row) + 1 + i32(params.kv_len)",
+        replace: "let end = i32(row) + 2 + i32(params.kv_len)",
+    },
+    WgslBug {
+        name: "accumulator not rescaled by exp(m - m')",
+        find: "acc[c] *= correction;",
+        replace: "",
+    },
+    WgslBug {
+        name: "L stored as ln(l) instead of m + ln(l)",
+        find: "m + log(l), l > 0.0",
+        replace: "log(l), l > 0.0",
+    },
+    WgslBug {
+        name: "scores not multiplied by the scale",
+        find: "s[j] = params.scale * (",
+        replace: "s[j] = (",
+    },
+    WgslBug {
+        name: "causal tiles skipped from the tile's first row",
+        find: "let kv_end = visible_keys(last_row);",
+        replace: "let kv_end = visible_keys(q_start);",
+    },
+];

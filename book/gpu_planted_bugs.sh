@@ -25,8 +25,9 @@ if old not in text:
     sys.exit(f"planted bug not applicable, text not found in {path}: {old!r}")
 open(path, "w").write(text.replace(old, new, 1))
 PY
-    log=$(RUST_BACKTRACE=0 cargo test -q -p "$package" --test contract 2>&1 || true)
-    failed=$(grep -E '^test .* \.\.\. FAILED$' <<<"$log" | sed -E 's/^test (.*) \.\.\. FAILED$/`\1`/' | sort | paste -sd, - | sed 's/,/, /g')
+    log=$(RUST_BACKTRACE=0 cargo test -p "$package" --test contract 2>&1 || true)
+    failed=$( (grep -E '^test .* \.\.\. FAILED$' <<<"$log" || true) |
+        sed -E 's/^test (.*) \.\.\. FAILED$/`\1`/' | sort | paste -sd, - | sed 's/,/, /g')
     echo "| $name | \`$(basename "$file")\` | ${failed:-**none: the bug went unseen**} |"
     cp "$backup/$(basename "$file")" "$file"
 }

@@ -98,7 +98,7 @@ pub fn gpu_stages() -> Result<Vec<Stage>, AttentionError> {
     let (device, queue) = (&gpu.device, &gpu.queue);
     Ok(vec![
         Stage {
-            name: "GPU naive, three WGSL kernels",
+            name: "GPU naive, 3 WGSL kernels",
             package: "lesson08",
             forward: Box::new(move |q: &_, k: &_, v: &_, o: &_| {
                 lesson08::attention_on(device, queue, q, k, v, o)

@@ -108,7 +108,9 @@ fn main() -> ExitCode {
     let output = AttentionOutput::empty(&spec.shape()).bytes();
     println!(
         "\nworking mem: peak heap bytes during the call beyond its output (O and L: {}; for the\n\
-         backward pass, dQ, dK and dV).",
+         backward pass, dQ, dK and dV). GPU stages: time includes compiling the shader (once per\n\
+         process), uploading Q, K, V and downloading O, L; their working memory is on the host\n\
+         (padded copies, staging), while S and the tiles live in GPU memory (chapters 8 and 9).",
         format_bytes(output)
     );
     if measurements.iter().all(|m| m.passed()) && backward_ok {

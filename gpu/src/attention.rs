@@ -150,6 +150,12 @@ pub trait AttentionKernel {
         1
     }
 
+    /// Bytes of GPU memory the kernel allocates for itself on this problem, beyond the
+    /// [`AttentionBuffers`] (the naive kernels' score matrix; nothing for FlashAttention).
+    fn scratch_bytes(&self, _shape: &AttentionShape) -> u64 {
+        0
+    }
+
     /// Checks that the kernel supports this problem on this device (head dim, workgroup
     /// memory, buffer sizes) and prepares its dispatches.
     fn dispatches(

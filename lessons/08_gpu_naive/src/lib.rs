@@ -59,6 +59,11 @@ pub fn score_bytes(shape: &AttentionShape) -> u64 {
 
 // ANCHOR: dispatches
 impl AttentionKernel for NaiveAttention {
+    /// The score matrix `S`.
+    fn scratch_bytes(&self, shape: &AttentionShape) -> u64 {
+        score_bytes(shape)
+    }
+
     fn dispatches(
         &self,
         device: &wgpu::Device,

@@ -139,15 +139,14 @@ fn measure(
     Ok((times[times.len() / 2], bytes))
 }
 
-/// Bytes of the GPU buffers of one call: Q, K, V, O, L, plus S for the naive kernel.
+/// Bytes of the GPU buffers of one call: Q, K, V, O, L, and the kernel's own (S for the naive
+/// kernels).
 fn buffer_bytes(spec: &ProblemSpec, kernel: &dyn AttentionKernel) -> u64 {
     let shape = spec.shape();
     let slices = (shape.batch * shape.heads) as u64;
     let row = shape.head_dim.next_multiple_of(kernel.row_alignment()) as u64;
     let (nq, nkv) = (shape.q_len as u64, shape.kv_len as u64);
-    let io = 4 * slices * (2 * nq * row + 2 * nkv * row + nq);
-    let is_naive = kernel.row_alignment() == 1;
-    if is_naive { io + lesson08::score_bytes(&shape) } else { io }
+    4 * slices * (2 * nq * row + 2 * nkv * row + nq) + kernel.scratch_bytes(&shape)
 }
 
 /// Slice (0, 0) of the GPU's output against lesson 07 (f32, CPU) on the same slice.

@@ -28,7 +28,11 @@ fn working_memory_is_a_few_tiles_per_thread_whatever_n_is() {
     // statistics, in f32. Measured on top of that: gemm's per-call buffers and the task list,
     // about 66 KiB on 2 threads (2026-11-21); allow as much again as the tiles themselves.
     let per_task = (br * bc + br * d + 2 * br) * 4;
-    assert!(working[1] <= working[0] + 16 * 1024, "working memory grew with N: {working:?}");
+    // How many tasks hold their buffers at the moment of the peak depends on how the threads
+    // happened to interleave (a CI run measured 725 KB at N = 1024 and 793 KB at N = 8192 on
+    // 2 threads), so the two sizes may differ by one task's buffers; anything that grows with
+    // N (a copy of O: 2 MiB at N = 8192, a row block of S: 8 MiB) is far beyond that.
+    assert!(working[1] <= working[0] + per_task, "working memory grew with N: {working:?}");
     assert!(working[1] < 2 * threads * per_task, "{working:?} bytes on {threads} threads");
     // At N = 8192 the output O alone is 2 MiB: no second copy of it may be held.
     assert!(working[1] < (8192 * 64 * 4) / 2, "{working:?}");

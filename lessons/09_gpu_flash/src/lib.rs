@@ -25,7 +25,7 @@ pub use lesson03::TileSizes;
 /// The WGSL source of the kernel.
 pub const SHADER: &str = include_str!("flash.wgsl");
 
-/// Largest head dimension the shader supports (`MAX_HEAD_DIM` in `flash.wgsl`).
+/// Largest head dimension the shader supports (`4 * MAX_CHUNKS` in `flash.wgsl`).
 pub const MAX_HEAD_DIM: usize = 128;
 
 /// Largest key tile the shader supports (`MAX_BLOCK_KV` in `flash.wgsl`).
@@ -134,7 +134,13 @@ impl AttentionKernel for FlashAttention {
         io: &AttentionBuffers,
     ) -> Result<Vec<Dispatch>, AttentionError> {
         let shape = &io.shape;
-        assert_eq!(shape.head_dim, self.head_dim, "the kernel was compiled for another D");
+        if shape.head_dim != self.head_dim {
+            return Err(AttentionError::Gpu(format!(
+                "this kernel was compiled for head_dim = {}, the problem has head_dim = {}; \
+                 expected a kernel built with FlashAttention::new for this head_dim",
+                self.head_dim, shape.head_dim
+            )));
+        }
         let bind_group = bind(
             device,
             &self.pipeline,

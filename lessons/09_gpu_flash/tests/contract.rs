@@ -197,3 +197,21 @@ fn lavapipe_loop_limit_is_refused_not_silently_wrong() {
     let err = run(&on_gpu(tiles), &Problem::random(&beyond, 1)).unwrap_err();
     assert!(err.to_string().contains("LP_MAX_TGSI_LOOP_ITERATIONS"), "{err}");
 }
+
+#[test]
+fn a_kernel_compiled_for_another_head_dim_is_an_error() {
+    let Some(gpu) = gpu::for_tests() else { return };
+    let kernel = FlashAttention::new(&gpu.device, lesson09::default_tiles(), 8).unwrap();
+    let p = Problem::random(&ProblemSpec::new(1, 1, 3, 3, 16), 0);
+    let err = gpu::attention::attention_on(
+        &gpu.device,
+        &gpu.queue,
+        &kernel,
+        &p.q,
+        &p.k,
+        &p.v,
+        &p.options,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("compiled for head_dim = 8"), "{err}");
+}

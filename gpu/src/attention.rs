@@ -170,7 +170,7 @@ pub trait AttentionKernel {
 pub fn attention_on(
     device: &wgpu::Device,
     queue: &wgpu::Queue,
-    kernel: &impl AttentionKernel,
+    kernel: &(impl AttentionKernel + ?Sized),
     q: &Array4<f32>,
     k: &Array4<f32>,
     v: &Array4<f32>,

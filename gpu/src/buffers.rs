@@ -11,19 +11,26 @@ pub const STORAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
     .union(wgpu::BufferUsages::COPY_SRC)
     .union(wgpu::BufferUsages::COPY_DST);
 
+/// The most bytes one storage buffer binding may hold on `device`, and the name of the limit
+/// that sets it: `max_storage_buffer_binding_size` (128 MiB by default, 2 GiB on an H200), or
+/// `max_buffer_size` where that is smaller.
+pub fn largest_binding(device: &wgpu::Device) -> (u64, &'static str) {
+    let limits = device.limits();
+    if limits.max_storage_buffer_binding_size < limits.max_buffer_size {
+        (limits.max_storage_buffer_binding_size, "max_storage_buffer_binding_size")
+    } else {
+        (limits.max_buffer_size, "max_buffer_size")
+    }
+}
+
 /// `what` needs `bytes` of one storage buffer binding: an error if the device cannot bind that
-/// much (`max_storage_buffer_binding_size`, 128 MiB by default, up to 4 GiB on large GPUs).
+/// much ([`largest_binding`]).
 pub fn check_storage_size(
     device: &wgpu::Device,
     what: &str,
     bytes: u64,
 ) -> Result<(), AttentionError> {
-    let limits = device.limits();
-    let (limit, limit_name) = if limits.max_storage_buffer_binding_size < limits.max_buffer_size {
-        (limits.max_storage_buffer_binding_size, "max_storage_buffer_binding_size")
-    } else {
-        (limits.max_buffer_size, "max_buffer_size")
-    };
+    let (limit, limit_name) = largest_binding(device);
     if bytes > limit {
         return Err(AttentionError::ExceedsDeviceLimit {
             what: format!("{what} ({bytes} bytes)"),

@@ -97,6 +97,12 @@ pub fn bind(
     })
 }
 
+/// A workgroup count as `u32`, saturating: a count too large for `u32` is also far above the
+/// device's limit, which [`launch`] reports.
+pub fn workgroup_count(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
 /// Checks a dispatch size against `max_compute_workgroups_per_dimension` (65535 on most
 /// devices): a clear error instead of a launch that the device rejects.
 pub fn check_workgroups(

@@ -1,6 +1,6 @@
 //! The `gpu` crate's helpers on the test device (lavapipe in CI).
 
-use gpu::buffers::{check_storage_size, download, upload};
+use gpu::buffers::{check_storage_size, download, largest_binding, upload};
 use gpu::kernel::{Dispatch, bind, compile, launch};
 use gpu::{GpuTimer, for_tests};
 use reference::AttentionError;
@@ -71,7 +71,8 @@ fn binding_a_buffer_the_shader_does_not_declare_is_an_error() {
 fn buffers_above_the_device_limit_are_refused() {
     let Some(gpu) = for_tests() else { return };
     let limits = gpu.device.limits();
-    let limit = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size);
+    let (limit, limit_name) = largest_binding(&gpu.device);
+    assert_eq!(limit, limits.max_storage_buffer_binding_size.min(limits.max_buffer_size));
     assert!(check_storage_size(&gpu.device, "S", limit).is_ok());
     let err = check_storage_size(&gpu.device, "S", limit + 1).unwrap_err();
     assert_eq!(
@@ -80,11 +81,7 @@ fn buffers_above_the_device_limit_are_refused() {
             what: format!("S ({} bytes)", limit + 1),
             needed: limit + 1,
             limit,
-            limit_name: if limits.max_storage_buffer_binding_size < limits.max_buffer_size {
-                "max_storage_buffer_binding_size"
-            } else {
-                "max_buffer_size"
-            },
+            limit_name,
         }
     );
 }

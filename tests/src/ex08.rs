@@ -44,8 +44,7 @@ impl Exercise08 for Shader {
         options: &AttentionOptions,
     ) -> Result<AttentionOutput<f32>, AttentionError> {
         let gpu = gpu::Gpu::shared()?;
-        let kernel = lesson08::NaiveAttention::from_source(&gpu.device, &self.0)?;
-        gpu::attention::attention_on(&gpu.device, &gpu.queue, &kernel, q, k, v, options)
+        lesson08::attention_with_shader(&gpu.device, &gpu.queue, &self.0, q, k, v, options)
     }
 }
 

@@ -32,15 +32,10 @@ pub trait Exercise09 {
 }
 
 /// Tiles that the kernel accepts for `case` on the shared GPU (Bc shrunk to fit workgroup
-/// memory at the case's head dim).
-fn fitting(case: &Case, br: usize, bc: usize) -> (usize, usize) {
-    let available = gpu::Gpu::shared()
-        .map_or(32 * 1024, |g| g.device.limits().max_compute_workgroup_storage_size as usize);
-    let one_key = lesson09::workgroup_bytes(
-        lesson09::TileSizes::new(1, 1).expect("1 x 1"),
-        case.spec.head_dim,
-    );
-    (br, bc.min(available / one_key).max(1))
+/// memory at the case's head dim), or why there is no GPU.
+fn fitting(case: &Case, br: usize, bc: usize) -> Result<(usize, usize), String> {
+    let gpu = gpu::Gpu::shared().map_err(|e| e.to_string())?;
+    Ok((br, bc.min(lesson09::largest_key_tile(&gpu.device, case.spec.head_dim)).max(1)))
 }
 
 /// Tile sizes to draw: 1, small, and up to 128 rows and 64 keys.
@@ -60,7 +55,7 @@ pub fn checks(solution: impl Exercise09 + 'static) -> Vec<Check> {
          their share. The last tile of keys is shorter: load min(BLOCK_KV, Nkv - kv_start).",
         move || {
             for_all(GPU_CASES, (cases(LIMITS), tile_sizes()), |(case, (br, bc))| {
-                let (br, bc) = fitting(&case, br, bc);
+                let (br, bc) = fitting(&case, br, bc)?;
                 let tiled = |q: &_, k: &_, v: &_, o: &_| x.attention(q, k, v, o, br, bc);
                 check_against_oracle(&tiled, &case, Tolerance::F32_GPU)
                     .map_err(|e| format!("tiles {br} x {bc}: {e}"))
@@ -94,7 +89,7 @@ pub fn checks(solution: impl Exercise09 + 'static) -> Vec<Check> {
          tile of keys to the next: acc and l must be rescaled by exp(m_old - m_new).",
         move || {
             for_all(GPU_CASES, (cases(LIMITS), tile_sizes(), tile_sizes()), |(case, a, b)| {
-                let (a, b) = (fitting(&case, a.0, a.1), fitting(&case, b.0, b.1));
+                let (a, b) = (fitting(&case, a.0, a.1)?, fitting(&case, b.0, b.1)?);
                 let p = case.problem();
                 let run = |(br, bc): (usize, usize)| {
                     x.attention(&p.q, &p.k, &p.v, &p.options, br, bc).map_err(|e| e.to_string())
@@ -133,10 +128,7 @@ impl Exercise09 for Shader {
     ) -> Result<AttentionOutput<f32>, AttentionError> {
         let gpu = gpu::Gpu::shared()?;
         let tiles = lesson09::TileSizes::new(query_rows, key_cols)?;
-        let shape = reference::AttentionShape::of(q, k, v)?;
-        let kernel =
-            lesson09::FlashAttention::from_source(&gpu.device, &self.0, tiles, shape.head_dim)?;
-        gpu::attention::attention_on(&gpu.device, &gpu.queue, &kernel, q, k, v, options)
+        lesson09::attention_with_shader(&gpu.device, &gpu.queue, &self.0, q, k, v, options, tiles)
     }
 }
 

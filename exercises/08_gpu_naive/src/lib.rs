@@ -26,8 +26,7 @@ pub fn attention_on(
             "write the kernels in exercises/08_gpu_naive/src/naive.wgsl and delete its first line"
         );
     }
-    let kernel = lesson08::NaiveAttention::from_source(device, SHADER)?;
-    gpu::attention::attention_on(device, queue, &kernel, q, k, v, options)
+    lesson08::attention_with_shader(device, queue, SHADER, q, k, v, options)
 }
 
 /// [`attention_on`] on the shared GPU.

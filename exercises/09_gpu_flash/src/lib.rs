@@ -5,7 +5,7 @@
 //! `ceil(Nq / Br) x (B * H)` workgroups): see the exercise's README.
 
 use ndarray::Array4;
-use reference::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
+use reference::{AttentionError, AttentionOptions, AttentionOutput};
 
 pub use lesson09::TileSizes;
 
@@ -30,9 +30,7 @@ pub fn attention_on(
             "write the kernel in exercises/09_gpu_flash/src/flash.wgsl and delete its first line"
         );
     }
-    let shape = AttentionShape::of(q, k, v)?;
-    let kernel = lesson09::FlashAttention::from_source(device, SHADER, tiles, shape.head_dim)?;
-    gpu::attention::attention_on(device, queue, &kernel, q, k, v, options)
+    lesson09::attention_with_shader(device, queue, SHADER, q, k, v, options, tiles)
 }
 
 /// [`attention_on`] on the shared GPU.

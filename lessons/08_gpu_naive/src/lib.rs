@@ -14,7 +14,7 @@
 
 use gpu::attention::{AttentionBuffers, AttentionKernel};
 use gpu::buffers;
-use gpu::kernel::{Dispatch, bind, check_loop_iterations, compile};
+use gpu::kernel::{Dispatch, bind, check_loop_iterations, compile, workgroup_count};
 use ndarray::Array4;
 use reference::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
 
@@ -77,20 +77,24 @@ impl AttentionKernel for NaiveAttention {
         let iterations = (3 * (shape.kv_len + 1)).max(shape.head_dim + 1) as u64;
         check_loop_iterations(device, "naive attention", iterations)?;
         let s = buffers::storage::<f32>(device, "S", slices * shape.q_len * shape.kv_len)?;
-        let tiles = |n: usize, per: usize| count(n.div_ceil(per));
+        let tiles = |n: usize, per: usize| workgroup_count(n.div_ceil(per));
         let (params, q, k, v, o, lse) = (&io.params, &io.q, &io.k, &io.v, &io.o, &io.lse);
         Ok(vec![
             Dispatch {
                 label: "scores",
                 bind_group: bind(device, &self.scores, &[(0, params), (1, q), (2, k), (4, &s)])?,
                 pipeline: self.scores.clone(),
-                workgroups: [tiles(shape.kv_len, TILE), tiles(shape.q_len, TILE), count(slices)],
+                workgroups: [
+                    tiles(shape.kv_len, TILE),
+                    tiles(shape.q_len, TILE),
+                    workgroup_count(slices),
+                ],
             },
             Dispatch {
                 label: "softmax",
                 bind_group: bind(device, &self.softmax, &[(0, params), (4, &s), (6, lse)])?,
                 pipeline: self.softmax.clone(),
-                workgroups: [tiles(shape.q_len, ROWS), count(slices), 1],
+                workgroups: [tiles(shape.q_len, ROWS), workgroup_count(slices), 1],
             },
             Dispatch {
                 label: "weighted_sum",
@@ -100,18 +104,16 @@ impl AttentionKernel for NaiveAttention {
                     &[(0, params), (3, v), (4, &s), (5, o)],
                 )?,
                 pipeline: self.weighted_sum.clone(),
-                workgroups: [tiles(shape.head_dim, TILE), tiles(shape.q_len, TILE), count(slices)],
+                workgroups: [
+                    tiles(shape.head_dim, TILE),
+                    tiles(shape.q_len, TILE),
+                    workgroup_count(slices),
+                ],
             },
         ])
     }
 }
 // ANCHOR_END: dispatches
-
-/// A count as `u32`, saturating: a count too large for `u32` is also far above the device's
-/// limit, which `launch` reports.
-fn count(n: usize) -> u32 {
-    u32::try_from(n).unwrap_or(u32::MAX)
-}
 
 // ANCHOR: attention
 /// Naive attention on a given device and queue: `q [B,H,Nq,D]`, `k`, `v [B,H,Nkv,D]` ->
@@ -124,8 +126,22 @@ pub fn attention_on(
     v: &Array4<f32>,
     options: &AttentionOptions,
 ) -> Result<AttentionOutput<f32>, AttentionError> {
+    attention_with_shader(device, queue, SHADER, q, k, v, options)
+}
+
+/// [`attention_on`] with another WGSL source in place of [`SHADER`]: exercise 08 runs the
+/// learner's `naive.wgsl` through this, and its grader the planted-bug shaders.
+pub fn attention_with_shader(
+    device: &wgpu::Device,
+    queue: &wgpu::Queue,
+    source: &str,
+    q: &Array4<f32>,
+    k: &Array4<f32>,
+    v: &Array4<f32>,
+    options: &AttentionOptions,
+) -> Result<AttentionOutput<f32>, AttentionError> {
     AttentionShape::of(q, k, v)?;
-    let kernel = NaiveAttention::new(device)?;
+    let kernel = NaiveAttention::from_source(device, source)?;
     gpu::attention::attention_on(device, queue, &kernel, q, k, v, options)
 }
 

@@ -75,8 +75,7 @@ fn rejects_bad_inputs_with_clear_errors() {
 #[test]
 fn a_score_matrix_larger_than_a_buffer_binding_is_an_error() {
     let Some(gpu) = gpu::for_tests() else { return };
-    let limits = gpu.device.limits();
-    let limit = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size);
+    let (limit, _) = gpu::buffers::largest_binding(&gpu.device);
     // The smallest square N whose N x N floats exceed the limit.
     let n = ((limit / 4) as f64).sqrt() as usize + 1;
     let spec = ProblemSpec::new(1, 1, n, n, 1);

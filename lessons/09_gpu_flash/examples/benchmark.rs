@@ -85,12 +85,9 @@ impl Sizes {
 fn validate(gpu: &Gpu, kernel: &dyn AttentionKernel, spec: &ProblemSpec) -> Result<(), String> {
     let p = Problem::random(spec, 7);
     let expected = oracle::attention(&p.q, &p.k, &p.v, &p.options).map_err(|e| e.to_string())?;
-    let io =
-        AttentionBuffers::upload(&gpu.device, &p.q, &p.k, &p.v, &p.options, kernel.row_alignment())
+    let actual =
+        gpu::attention::attention_on(&gpu.device, &gpu.queue, kernel, &p.q, &p.k, &p.v, &p.options)
             .map_err(|e| e.to_string())?;
-    let dispatches = kernel.dispatches(&gpu.device, &io).map_err(|e| e.to_string())?;
-    launch(&gpu.device, &gpu.queue, &dispatches, None).map_err(|e| e.to_string())?;
-    let actual = io.read_output(&gpu.device, &gpu.queue).map_err(|e| e.to_string())?;
     let tolerance = Tolerance::F32_GPU.for_logits(reference::checks::logit_bound(&p));
     check_output(&actual, &expected, tolerance).map(|_| ())
 }

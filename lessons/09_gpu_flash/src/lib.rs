@@ -16,7 +16,7 @@
 //! it through the course's `gpu` crate.
 
 use gpu::attention::{AttentionBuffers, AttentionKernel};
-use gpu::kernel::{Dispatch, bind, check_loop_iterations, compile};
+use gpu::kernel::{Dispatch, bind, check_loop_iterations, compile, workgroup_count};
 use ndarray::Array4;
 use reference::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
 
@@ -81,6 +81,14 @@ impl FlashAttention {
 /// with `D` rounded up to a multiple of 4 (rows are stored as `vec4<f32>`).
 pub fn workgroup_bytes(tiles: TileSizes, head_dim: usize) -> usize {
     2 * tiles.key_cols() * head_dim.next_multiple_of(4) * size_of::<f32>()
+}
+
+/// The largest key tile (`Bc`) the kernel accepts on `device` at `head_dim`: at most
+/// [`MAX_BLOCK_KV`], and no more keys than fit in the device's workgroup memory.
+pub fn largest_key_tile(device: &wgpu::Device, head_dim: usize) -> usize {
+    let available = device.limits().max_compute_workgroup_storage_size as usize;
+    let one_key = workgroup_bytes(TileSizes::new(1, 1).expect("1 is at least 1"), head_dim);
+    MAX_BLOCK_KV.min(available / one_key)
 }
 
 // ANCHOR: check_fits
@@ -173,12 +181,6 @@ pub fn loop_iterations(tiles: TileSizes, shape: &AttentionShape) -> u64 {
     (shape.kv_len.div_ceil(bc) * per_tile + 1) as u64
 }
 
-/// A count as `u32`, saturating: a count too large for `u32` is also far above the device's
-/// limit, which `launch` reports.
-fn workgroup_count(n: usize) -> u32 {
-    u32::try_from(n).unwrap_or(u32::MAX)
-}
-
 // ANCHOR: attention
 /// FlashAttention forward on a given device and queue: `q [B,H,Nq,D]`, `k`, `v [B,H,Nkv,D]` ->
 /// `O [B,H,Nq,D]`, `L [B,H,Nq]`.
@@ -191,8 +193,24 @@ pub fn attention_on(
     options: &AttentionOptions,
     tiles: TileSizes,
 ) -> Result<AttentionOutput<f32>, AttentionError> {
+    attention_with_shader(device, queue, SHADER, q, k, v, options, tiles)
+}
+
+/// [`attention_on`] with another WGSL source in place of [`SHADER`]: exercise 09 runs the
+/// learner's `flash.wgsl` through this, and its grader the planted-bug shaders.
+#[allow(clippy::too_many_arguments)] // attention_on's arguments and the source
+pub fn attention_with_shader(
+    device: &wgpu::Device,
+    queue: &wgpu::Queue,
+    source: &str,
+    q: &Array4<f32>,
+    k: &Array4<f32>,
+    v: &Array4<f32>,
+    options: &AttentionOptions,
+    tiles: TileSizes,
+) -> Result<AttentionOutput<f32>, AttentionError> {
     let shape = AttentionShape::of(q, k, v)?;
-    let kernel = FlashAttention::new(device, tiles, shape.head_dim)?;
+    let kernel = FlashAttention::from_source(device, source, tiles, shape.head_dim)?;
     gpu::attention::attention_on(device, queue, &kernel, q, k, v, options)
 }
 

@@ -2,7 +2,9 @@
 //! random shapes and random tile sizes. The test bodies are the ones every CPU stage runs
 //! (`reference::checks`): only the forward function handed to them differs.
 
-use lesson09::{FlashAttention, MAX_BLOCK_KV, TileSizes, attention_on, workgroup_bytes};
+use lesson09::{
+    FlashAttention, MAX_BLOCK_KV, TileSizes, attention_on, largest_key_tile, workgroup_bytes,
+};
 use ndarray::Array4;
 use proptest::prelude::*;
 use reference::checks::{
@@ -24,9 +26,7 @@ fn on_gpu(tiles: TileSizes) -> impl Forward {
 /// 256 threads, `Bc` up to 64 keys and as many as fit in workgroup memory.
 fn tiles_for(case: &Case, br: usize, bc: usize) -> TileSizes {
     let gpu = gpu::for_tests().expect("checked by the test before");
-    let bytes = gpu.device.limits().max_compute_workgroup_storage_size as usize;
-    let bytes_per_key = workgroup_bytes(TileSizes::new(1, 1).unwrap(), case.spec.head_dim);
-    let bc = bc.min(MAX_BLOCK_KV).min(bytes / bytes_per_key);
+    let bc = bc.min(largest_key_tile(&gpu.device, case.spec.head_dim));
     TileSizes::new(br.min(256), bc).unwrap()
 }
 

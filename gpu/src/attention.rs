@@ -8,7 +8,9 @@
 //! product) so that every row starts on a whole `vec4`.
 
 use ndarray::{Array3, Array4, s};
-use reference::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
+use reference::{
+    AttentionError, AttentionOptions, AttentionOutput, AttentionShape, CheckedInputs, check_inputs,
+};
 
 use crate::buffers;
 use crate::kernel::{Dispatch, launch};
@@ -63,8 +65,8 @@ pub struct AttentionBuffers {
 }
 
 impl AttentionBuffers {
-    /// Validates the inputs (the same checks as every CPU stage, plus the device's buffer
-    /// limits) and uploads them, each row padded to a multiple of `row_alignment` floats.
+    /// Validates the inputs (the same checks as every CPU stage: shapes, NaN and infinities,
+    /// the scale; plus the device's buffer limits) and uploads them, each row padded to a multiple of `row_alignment` floats.
     pub fn upload(
         device: &wgpu::Device,
         q: &Array4<f32>,
@@ -73,8 +75,7 @@ impl AttentionBuffers {
         options: &AttentionOptions,
         row_alignment: usize,
     ) -> Result<Self, AttentionError> {
-        let shape = AttentionShape::of(q, k, v)?;
-        let scale = options.scale_for(shape.head_dim)?;
+        let CheckedInputs { shape, scale } = check_inputs(q, k, v, options)?;
         let params = params_of(&shape, scale, options.causal)?;
         let row_stride = shape.head_dim.next_multiple_of(row_alignment.max(1));
         let rows = |x: &Array4<f32>| padded_rows(x, row_stride);

@@ -11,6 +11,8 @@
 //! - [`attention`]: the buffers every attention kernel reads and writes (Q, K, V, O, L and a
 //!   small uniform of sizes) and [`attention::attention_on`], which runs any kernel that
 //!   implements [`attention::AttentionKernel`] on a given device and queue.
+//! - [`uniformity`]: a static check that every barrier of a WGSL shader is reached by every
+//!   invocation of its workgroup (naga does not check it; a GPU may hang or race).
 //!
 //! Every function that touches a device takes `&wgpu::Device` and `&wgpu::Queue` rather than
 //! creating its own, so one device serves a whole test binary or benchmark.
@@ -20,6 +22,7 @@ pub mod buffers;
 mod context;
 pub mod kernel;
 mod timer;
+pub mod uniformity;
 
 pub use context::{ADAPTER_VAR, Gpu, SKIP_TESTS_VAR, for_tests};
 pub use timer::GpuTimer;

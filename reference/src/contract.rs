@@ -12,10 +12,34 @@
 //!   sees key `j` iff `j <= i + Nkv - Nq`. When `Nq == Nkv` this is the usual lower triangle;
 //!   when `Nq < Nkv` (decoding with a cache) the last query sees every key.
 //! * A query row that sees no key (possible when `Nq > Nkv`) gives `O_i = 0` and `L_i = -inf`.
+//!   That pair means exactly this and nothing else: bad data never produces it.
+//!
+//! ## Bad data is an error: the non-finite policy
+//!
+//! Every stage starts with [`check_inputs`]. NaN or an infinity anywhere in `Q`, `K` or `V` is
+//! [`AttentionError::NonFinite`], naming the tensor and its first bad element; the backward
+//! pass checks `dO`, `O` and `L` the same way ([`check_finite`], [`check_logsumexp`]). Why an
+//! error rather than NaN carried through to the affected rows:
+//!
+//! * A NaN or an infinity in an input is a bug upstream (an overflow, a division by zero, an
+//!   uninitialised buffer). An error that names the tensor and the index points at it; NaN in
+//!   the output would surface layers later, far from its cause.
+//! * IEEE NaN rules do not survive attention kernels: `max` ignores NaN (Rust's `f32::max`,
+//!   WGSL's `max`, CUDA's `fmaxf`) and fast `exp` approximations clamp, so a NaN key silently
+//!   drops out of the softmax, or a NaN query turns its row into the "sees no key" marker. To
+//!   carry NaN faithfully, every stage would need extra tests in its innermost loop.
+//! * The check is one pass over the inputs, `O((Nq + 2 Nkv) D)`, against the `O(Nq Nkv D)` of
+//!   attention itself.
+//!
+//! The same pass refuses inputs whose logits could overflow f32
+//! ([`AttentionError::LogitsOverflow`], see [`LARGEST_LOGIT`]), and the 16-bit stages refuse an
+//! f32 input too large for their format ([`AttentionError::NotRepresentable`]) instead of
+//! storing it as an infinity.
 
-use ndarray::{Array3, Array4};
+use ndarray::{Array3, Array4, ArrayBase, Data, Dimension, IntoDimension};
 
 use crate::AttentionError;
+use crate::error::NonFiniteValue;
 
 /// Options shared by every forward implementation.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -116,6 +140,102 @@ impl AttentionShape {
     }
 }
 
+/// The largest logit size attention in f32 is asked to compute with: a quarter of f32's
+/// largest finite value. Kernels subtract the row maximum from a logit (which can double its
+/// size) and exp2 kernels multiply it by `log2(e) = 1.44`; a quarter leaves room for both.
+pub const LARGEST_LOGIT: f64 = f32::MAX as f64 / 4.0;
+
+/// What every stage knows once its inputs are checked: the shape and the softmax scale.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CheckedInputs {
+    /// The validated sizes.
+    pub shape: AttentionShape,
+    /// The softmax scale: the explicit one, or `1/sqrt(D)`.
+    pub scale: f32,
+}
+
+// ANCHOR: check_inputs
+/// Everything a forward pass must know before it computes, or the error that says what is
+/// wrong: shapes that fit together and are not empty ([`AttentionShape::of`]), a finite scale,
+/// `Q`, `K` and `V` free of NaN and infinities, and logits that cannot overflow f32.
+///
+/// The logit bound uses Cauchy–Schwarz: every partial sum of `q_i . k_j` is at most
+/// `|q_i| |k_j|`, so `max(|scale|, 1) * max_i |q_i| * max_j |k_j|` bounds every number a dot
+/// product passes through, whether the kernel multiplies by the scale before or after it.
+pub fn check_inputs<T: Copy + Into<f64>>(
+    q: &Array4<T>,
+    k: &Array4<T>,
+    v: &Array4<T>,
+    options: &AttentionOptions,
+) -> Result<CheckedInputs, AttentionError> {
+    let shape = AttentionShape::of(q, k, v)?;
+    let scale = options.scale_for(shape.head_dim)?;
+    let q_norm = largest_row_norm("Q", q)?;
+    let k_norm = largest_row_norm("K", k)?;
+    check_finite("V", v)?;
+    let bound = f64::from(scale).abs().max(1.0) * q_norm * k_norm;
+    if bound > LARGEST_LOGIT {
+        return Err(AttentionError::LogitsOverflow { bound, largest: LARGEST_LOGIT });
+    }
+    Ok(CheckedInputs { shape, scale })
+}
+// ANCHOR_END: check_inputs
+
+/// The largest Euclidean norm of a row (the last axis) of `x`, computed in f64; an error if `x`
+/// holds NaN or an infinity.
+fn largest_row_norm<T: Copy + Into<f64>>(
+    tensor: &'static str,
+    x: &Array4<T>,
+) -> Result<f64, AttentionError> {
+    check_finite(tensor, x)?;
+    let squared = x
+        .rows()
+        .into_iter()
+        .map(|row| row.iter().map(|&a| a.into().powi(2)).sum::<f64>())
+        .fold(0.0, f64::max);
+    Ok(squared.sqrt())
+}
+
+/// [`AttentionError::NonFinite`] naming `tensor` and its first NaN or infinite element (in
+/// row-major order), or `Ok` if every element is finite.
+pub fn check_finite<S, T, D>(tensor: &'static str, x: &ArrayBase<S, D>) -> Result<(), AttentionError>
+where
+    S: Data<Elem = T>,
+    T: Copy + Into<f64>,
+    D: Dimension,
+{
+    let bad = |a: &T| NonFiniteValue::of((*a).into());
+    if !x.iter().any(|a| bad(a).is_some()) {
+        return Ok(()); // the common case: one pass, no index bookkeeping
+    }
+    let (index, value) = x
+        .indexed_iter()
+        .find_map(|(index, a)| bad(a).map(|value| (index, value)))
+        .expect("a non-finite element was seen");
+    let index = index.into_dimension().slice().to_vec();
+    Err(AttentionError::NonFinite { tensor, index, value })
+}
+
+/// Checks a logsumexp given to a backward pass against the mask: no NaN or `+inf`, finite
+/// wherever the row sees a key, and `-inf` exactly where it sees none.
+pub fn check_logsumexp(
+    lse: &Array3<f32>,
+    shape: &AttentionShape,
+    causal: bool,
+) -> Result<(), AttentionError> {
+    for ((b, h, i), &value) in lse.indexed_iter() {
+        if value.is_nan() || value == f32::INFINITY {
+            let value = NonFiniteValue::of(value.into()).expect("NaN or +inf");
+            return Err(AttentionError::NonFinite { tensor: "L", index: vec![b, h, i], value });
+        }
+        let visible_keys = shape.visible_keys(i, causal);
+        if (visible_keys == 0) != (value == f32::NEG_INFINITY) {
+            return Err(AttentionError::InvalidLogsumexp { index: [b, h, i], value, visible_keys });
+        }
+    }
+    Ok(())
+}
+
 /// Checks that `tensor` has exactly the shape of `reference` (for example `dO` and `Q`, or
 /// `O` and `Q`), naming the first axis that differs.
 pub fn check_same_shape<T, U>(
@@ -183,5 +303,70 @@ impl AttentionOutput<f32> {
     /// Bytes held by `O` and `L`.
     pub fn bytes(&self) -> usize {
         (self.o.len() + self.lse.len()) * size_of::<f32>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Problem, ProblemSpec};
+    use ndarray::Array3;
+
+    #[test]
+    fn finite_inputs_pass_and_give_the_shape_and_scale() {
+        let p = Problem::random(&ProblemSpec::new(1, 2, 3, 4, 16), 1);
+        let checked = check_inputs(&p.q, &p.k, &p.v, &p.options).unwrap();
+        assert_eq!((checked.shape.q_len, checked.shape.kv_len, checked.scale), (3, 4, 0.25));
+    }
+
+    #[test]
+    fn the_first_non_finite_element_is_named() {
+        let p = Problem::random(&ProblemSpec::new(1, 2, 3, 4, 5), 1);
+        let mut v = p.v.clone();
+        v[[0, 1, 3, 0]] = f32::NAN;
+        v[[0, 0, 2, 4]] = f32::NEG_INFINITY; // earlier in row-major order
+        let err = check_inputs(&p.q, &p.k, &v, &p.options).unwrap_err();
+        let expected = vec![0, 0, 2, 4];
+        assert_eq!(
+            err,
+            AttentionError::NonFinite {
+                tensor: "V",
+                index: expected,
+                value: NonFiniteValue::MinusInfinity
+            }
+        );
+        assert!(err.to_string().starts_with("V[0, 0, 2, 4] is -inf; expected finite numbers"));
+    }
+
+    #[test]
+    fn logits_that_could_overflow_are_refused_and_large_ones_are_not() {
+        let p = Problem::random(&ProblemSpec::new(1, 1, 2, 2, 4), 1);
+        let absurd = p.options.with_scale(f32::MAX);
+        let err = check_inputs(&p.q, &p.k, &p.v, &absurd).unwrap_err();
+        assert!(matches!(err, AttentionError::LogitsOverflow { bound, .. } if bound > LARGEST_LOGIT));
+        // Logits of 1e30 are far from any use, but f32 computes them without overflowing.
+        let large = p.options.with_scale(1e30);
+        assert!(check_inputs(&p.q, &p.k, &p.v, &large).is_ok());
+    }
+
+    #[test]
+    fn a_logsumexp_must_agree_with_the_mask() {
+        // Nq = 3, Nkv = 1, causal: rows 0 and 1 see no key, row 2 sees one.
+        let shape = AttentionShape { batch: 1, heads: 1, q_len: 3, kv_len: 1, head_dim: 2 };
+        let inf = f32::NEG_INFINITY;
+        let l = |values: [f32; 3]| Array3::from_shape_vec((1, 1, 3), values.to_vec()).unwrap();
+        assert!(check_logsumexp(&l([inf, inf, 0.5]), &shape, true).is_ok());
+        let all_empty = check_logsumexp(&l([inf, inf, inf]), &shape, true).unwrap_err();
+        assert_eq!(
+            all_empty,
+            AttentionError::InvalidLogsumexp { index: [0, 0, 2], value: inf, visible_keys: 1 }
+        );
+        assert!(all_empty.to_string().contains("row 2 sees 1 keys; expected the finite logsumexp"));
+        let finite_for_empty = check_logsumexp(&l([0.0, inf, 0.5]), &shape, true).unwrap_err();
+        assert!(finite_for_empty.to_string().contains("row 0 sees no key; expected -inf"));
+        let nan = check_logsumexp(&l([inf, inf, f32::NAN]), &shape, true).unwrap_err();
+        assert!(matches!(nan, AttentionError::NonFinite { tensor: "L", .. }));
+        // Without the mask every row sees the key, so -inf is wrong everywhere.
+        assert!(check_logsumexp(&l([inf, inf, 0.5]), &shape, false).is_err());
     }
 }

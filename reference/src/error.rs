@@ -83,8 +83,90 @@ pub enum AttentionError {
         /// The `wgpu::Limits` field (or feature) that sets the limit.
         limit_name: &'static str,
     },
+    /// An input holds NaN or an infinity (the contract's non-finite policy: bad data is an
+    /// error, never a silent answer; see [`crate::contract`]).
+    NonFinite {
+        /// `"Q"`, `"K"`, `"V"`, `"dO"`, `"O"` or `"L"`.
+        tensor: &'static str,
+        /// The first bad element, in row-major order.
+        index: Vec<usize>,
+        /// What it holds.
+        value: NonFiniteValue,
+    },
+    /// A finite f32 input is too large for the 16-bit format it must be stored in.
+    NotRepresentable {
+        /// `"Q"`, `"K"` or `"V"`.
+        tensor: &'static str,
+        /// The first element that does not fit.
+        index: Vec<usize>,
+        /// Its value.
+        value: f32,
+        /// The format, e.g. `"f16"`.
+        format: &'static str,
+        /// The format's largest finite value.
+        largest: f32,
+    },
+    /// The scale and the inputs allow logits beyond what f32 can hold.
+    LogitsOverflow {
+        /// `max(|scale|, 1) * max_i |q_i| * max_j |k_j|` (in f64): a bound on every number the
+        /// logits' dot products pass through.
+        bound: f64,
+        /// The largest bound the course accepts, [`crate::contract::LARGEST_LOGIT`].
+        largest: f64,
+    },
+    /// The logsumexp given to a backward pass disagrees with the mask: `-inf` for a row that
+    /// sees keys, or finite for a row that sees none.
+    InvalidLogsumexp {
+        /// `[b, h, i]`
+        index: [usize; 3],
+        /// The value given.
+        value: f32,
+        /// How many keys the row sees.
+        visible_keys: usize,
+    },
     /// The GPU could not be used: no adapter, a lost device, a shader the driver rejected.
     Gpu(String),
+}
+
+/// The non-finite value an input held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NonFiniteValue {
+    /// Not a number.
+    NaN,
+    /// `+inf`
+    PlusInfinity,
+    /// `-inf`
+    MinusInfinity,
+}
+
+impl NonFiniteValue {
+    /// What `x` is, or `None` if it is finite.
+    pub fn of(x: f64) -> Option<Self> {
+        if x.is_nan() {
+            Some(Self::NaN)
+        } else if x == f64::INFINITY {
+            Some(Self::PlusInfinity)
+        } else if x == f64::NEG_INFINITY {
+            Some(Self::MinusInfinity)
+        } else {
+            None
+        }
+    }
+}
+
+impl fmt::Display for NonFiniteValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::NaN => "NaN",
+            Self::PlusInfinity => "+inf",
+            Self::MinusInfinity => "-inf",
+        })
+    }
+}
+
+/// `[0, 1, 5, 3]` as `0, 1, 5, 3`, for messages like `Q[0, 1, 5, 3]`.
+fn indices(index: &[usize]) -> String {
+    index.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(", ")
 }
 
 impl fmt::Display for AttentionError {
@@ -135,6 +217,41 @@ impl fmt::Display for AttentionError {
                 "{what} needs {needed} but the device allows at most {limit} ({limit_name}); \
                  expected a smaller problem (fewer heads, shorter sequences) or a larger device"
             ),
+            Self::NonFinite { tensor, index, value } => write!(
+                f,
+                "{tensor}[{}] is {value}; expected finite numbers (NaN and infinities are \
+                 rejected, not computed with: look for an overflow or a division by zero where \
+                 {tensor} was made)",
+                indices(index)
+            ),
+            Self::NotRepresentable { tensor, index, value, format, largest } => write!(
+                f,
+                "{tensor}[{}] = {value} is too large for {format} (largest finite {largest}); \
+                 expected values within the format's range: scale the inputs down, or use bf16, \
+                 which has f32's range",
+                indices(index)
+            ),
+            Self::LogitsOverflow { bound, largest } => write!(
+                f,
+                "the logits can reach {bound:.3e} (largest |q| x largest |k|, times the scale \
+                 where it is above 1), more than the {largest:.3e} that f32 attention can \
+                 compute with; expected a smaller scale (usually 1/sqrt(D)) or smaller inputs"
+            ),
+            Self::InvalidLogsumexp { index: [b, h, i], value, visible_keys } => {
+                if *visible_keys == 0 {
+                    write!(
+                        f,
+                        "L[{b}, {h}, {i}] = {value} but row {i} sees no key; expected -inf, \
+                         as the forward pass returns for a row that sees no key"
+                    )
+                } else {
+                    write!(
+                        f,
+                        "L[{b}, {h}, {i}] = {value} but row {i} sees {visible_keys} keys; \
+                         expected the finite logsumexp the forward pass returned for it"
+                    )
+                }
+            }
             Self::Gpu(message) => write!(f, "{message}"),
         }
     }

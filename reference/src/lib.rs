@@ -6,7 +6,7 @@
 //!   against it.
 //! * [`problem`]: seeded random problems; [`strategies`]: proptest strategies over shapes,
 //!   masks, logit scales and spikes.
-//! * [`compare`]: relative Frobenius and element-wise comparison with the oracle.
+//! * [`compare`]: the error model, and element-wise comparison with the oracle.
 //! * [`checks`]: test bodies shared by every stage.
 //! * [`memory`]: a counting allocator that measures peak heap bytes.
 //! * [`layout`]: `[B, N, H, D]` <-> `[B, H, N, D]`.
@@ -23,10 +23,13 @@ pub mod plot;
 pub mod problem;
 pub mod strategies;
 
-pub use compare::{Comparison, Tolerance, assert_close, check_output, compare};
-pub use contract::{
-    AttentionOptions, AttentionOutput, AttentionShape, check_lse_shape, check_same_shape,
+pub use compare::{
+    Comparison, Tolerance, assert_close, check_agreement, check_gradients, check_output, compare,
 };
-pub use error::AttentionError;
-pub use oracle::Gradients;
+pub use contract::{
+    AttentionOptions, AttentionOutput, AttentionShape, CheckedInputs, check_finite, check_inputs,
+    check_logsumexp, check_lse_shape, check_same_shape,
+};
+pub use error::{AttentionError, NonFiniteValue};
+pub use oracle::{Expected, ExpectedGradients, Gradients};
 pub use problem::{Problem, ProblemSpec};

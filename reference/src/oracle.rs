@@ -2,9 +2,16 @@
 //!
 //! Every stage of the course is tested against this function. It is written for obviousness,
 //! not speed: it materialises the whole score matrix of one head and works row by row.
+//!
+//! [`expected`] and [`expected_gradients`] return the same answers together with the size of
+//! the terms behind every element, which the error model of [`crate::compare`] turns into the
+//! error each element may carry.
 
-use ndarray::{Array2, Array3, Array4, ArrayView2, Axis, s};
+use std::ops::Range;
 
+use ndarray::{Array2, Array3, Array4, ArrayView2, Axis, Zip, s};
+
+use crate::contract::{check_finite, check_inputs};
 use crate::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
 
 // ANCHOR: oracle
@@ -18,8 +25,8 @@ pub fn attention(
     v: &Array4<f32>,
     options: &AttentionOptions,
 ) -> Result<AttentionOutput<f64>, AttentionError> {
-    let shape = AttentionShape::of(q, k, v)?;
-    let scale = f64::from(options.scale_for(shape.head_dim)?);
+    let checked = check_inputs(q, k, v, options)?;
+    let (shape, scale) = (checked.shape, f64::from(checked.scale));
     let mut o = Array4::<f64>::zeros(shape.q_dims());
     let mut lse = Array3::<f64>::from_elem(shape.lse_dims(), f64::NEG_INFINITY);
 
@@ -57,8 +64,8 @@ pub fn row_max_scores(
     v: &Array4<f32>,
     options: &AttentionOptions,
 ) -> Result<Array3<f64>, AttentionError> {
-    let shape = AttentionShape::of(q, k, v)?;
-    let scale = f64::from(options.scale_for(shape.head_dim)?);
+    let checked = check_inputs(q, k, v, options)?;
+    let (shape, scale) = (checked.shape, f64::from(checked.scale));
     let mut maxima = Array3::<f64>::from_elem(shape.lse_dims(), f64::NEG_INFINITY);
     for b in 0..shape.batch {
         for h in 0..shape.heads {
@@ -100,9 +107,10 @@ pub fn attention_backward(
     options: &AttentionOptions,
     d_o: &Array4<f32>,
 ) -> Result<Gradients<f64>, AttentionError> {
-    let shape = AttentionShape::of(q, k, v)?;
+    let checked = check_inputs(q, k, v, options)?;
+    let (shape, scale) = (checked.shape, f64::from(checked.scale));
     crate::contract::check_same_shape("dO", d_o, "Q", q)?;
-    let scale = f64::from(options.scale_for(shape.head_dim)?);
+    check_finite("dO", d_o)?;
     let mut grads = Gradients {
         dq: Array4::zeros(q.dim()),
         dk: Array4::zeros(k.dim()),
@@ -112,7 +120,7 @@ pub fn attention_backward(
         for h in 0..shape.heads {
             let head = |x: &Array4<f32>| to_f64(x.slice(s![b, h, .., ..]));
             let (q, k, v, d_o) = (head(q), head(k), head(v), head(d_o));
-            let p = probabilities(&q, &k, scale, &shape, options.causal); // [Nq, Nkv]
+            let p = probabilities(&q, 0, &k, scale, &shape, options.causal); // [Nq, Nkv]
             let d_v = p.t().dot(&d_o);
             let d_p = d_o.dot(&v.t());
             let d = (&p * &d_p).sum_axis(Axis(1)); // D_i = sum_j P_ij dP_ij
@@ -125,10 +133,11 @@ pub fn attention_backward(
     Ok(grads)
 }
 
-/// The softmax weights `P [Nq, Nkv]` of one head, 0 for masked entries and for rows that see
-/// no key.
+/// The softmax weights `P` of query rows `first_row..` of one head (`q` holds those rows), 0
+/// for masked entries and for rows that see no key.
 fn probabilities(
     q: &Array2<f64>,
+    first_row: usize,
     k: &Array2<f64>,
     scale: f64,
     shape: &AttentionShape,
@@ -136,7 +145,7 @@ fn probabilities(
 ) -> Array2<f64> {
     let mut p = q.dot(&k.t()) * scale;
     for (i, mut row) in p.outer_iter_mut().enumerate() {
-        let visible = shape.visible_keys(i, causal);
+        let visible = shape.visible_keys(first_row + i, causal);
         let max = row.slice(s![..visible]).fold(f64::NEG_INFINITY, |m, &x| m.max(x));
         row.slice_mut(s![visible..]).fill(0.0);
         if visible > 0 {
@@ -152,6 +161,205 @@ fn probabilities(
 
 fn to_f64(x: ArrayView2<f32>) -> Array2<f64> {
     x.mapv(f64::from)
+}
+
+// ANCHOR: expected
+/// The oracle's forward answer, and the size of the terms behind each element: the quantities
+/// the error model ([`crate::Tolerance`]) scales each element's allowed error by.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Expected {
+    /// `O` and `L`, from [`attention`].
+    pub output: AttentionOutput<f64>,
+    /// `M_id = sum_j P_ij |V_jd|` over the keys row `i` sees: the size of the terms whose sum
+    /// is `O_id` (equal to `|O_id|` only when the `V_jd` share a sign). An answer that is small
+    /// because its terms cancel is judged by the size of its terms.
+    pub value_terms: Array4<f64>,
+    /// `sum_j |V_jd|` over the keys row `i` sees: what an absolute error of 1 in every weight
+    /// would cost `O_id`. A weight that underflows (below the format's normal range) has lost
+    /// its relative precision, so the error model allows each weight the format's absolute
+    /// underflow error; that only matters where `O_id` is made of such weights alone.
+    pub visible_values: Array4<f64>,
+    /// `Λ_i = |scale| max_j sum_d |q_id| |k_jd|` over the keys row `i` sees (0 if none): the
+    /// size of the terms of the row's dot products, which sets the rounding error of its logits.
+    pub logit_terms: Array3<f64>,
+    /// `D`, the length of each dot product `q_i . k_j`.
+    pub head_dim: usize,
+    /// `Nkv`, the most terms a sum over keys can have.
+    pub kv_len: usize,
+}
+// ANCHOR_END: expected
+
+/// [`attention`], with the term sizes of [`Expected`].
+pub fn expected(
+    q: &Array4<f32>,
+    k: &Array4<f32>,
+    v: &Array4<f32>,
+    options: &AttentionOptions,
+) -> Result<Expected, AttentionError> {
+    expected_rows(q, k, v, options, 0..q.dim().2)
+}
+
+/// [`expected`] for query rows `rows` only (the output has `rows.len()` rows): the oracle for
+/// a few rows of a problem too large to compute whole in f64, as benchmarks validate.
+pub fn expected_rows(
+    q: &Array4<f32>,
+    k: &Array4<f32>,
+    v: &Array4<f32>,
+    options: &AttentionOptions,
+    rows: Range<usize>,
+) -> Result<Expected, AttentionError> {
+    let checked = check_inputs(q, k, v, options)?;
+    let (shape, scale) = (checked.shape, f64::from(checked.scale));
+    assert!(rows.end <= shape.q_len, "rows {rows:?} of {} query rows", shape.q_len);
+    let dims = (shape.batch, shape.heads, rows.len());
+    let mut output = AttentionOutput {
+        o: Array4::<f64>::zeros((dims.0, dims.1, dims.2, shape.head_dim)),
+        lse: Array3::<f64>::from_elem(dims, f64::NEG_INFINITY),
+    };
+    let mut value_terms = output.o.clone();
+    let mut visible_values = output.o.clone();
+    let mut logit_terms = Array3::<f64>::zeros(dims);
+    for b in 0..shape.batch {
+        for h in 0..shape.heads {
+            let head = |x: &Array4<f32>| to_f64(x.slice(s![b, h, .., ..]));
+            let q = to_f64(q.slice(s![b, h, rows.clone(), ..]));
+            let (k, v) = (head(k), head(v));
+            let p = probabilities(&q, rows.start, &k, scale, &shape, options.causal);
+            output.o.slice_mut(s![b, h, .., ..]).assign(&p.dot(&v));
+            let scores = q.dot(&k.t()) * scale;
+            for (r, row) in scores.outer_iter().enumerate() {
+                let seen = row.slice(s![..shape.visible_keys(rows.start + r, options.causal)]);
+                if !seen.is_empty() {
+                    let max = seen.fold(f64::NEG_INFINITY, |m, &x| m.max(x));
+                    output.lse[[b, h, r]] = max + seen.mapv(|x| (x - max).exp()).sum().ln();
+                }
+            }
+            let v_size = v.mapv(f64::abs);
+            value_terms.slice_mut(s![b, h, .., ..]).assign(&p.dot(&v_size));
+            let seen = visible(rows.len(), rows.start, &shape, options.causal);
+            visible_values.slice_mut(s![b, h, .., ..]).assign(&seen.dot(&v_size));
+            let largest = largest_logit_terms(&q, rows.start, &k, scale, &shape, options.causal);
+            logit_terms.slice_mut(s![b, h, ..]).assign(&largest);
+        }
+    }
+    let (head_dim, kv_len) = (shape.head_dim, shape.kv_len);
+    Ok(Expected { output, value_terms, visible_values, logit_terms, head_dim, kv_len })
+}
+
+/// 1 where row `first_row + i` sees key `j`, 0 elsewhere: `[rows, Nkv]`.
+fn visible(rows: usize, first_row: usize, shape: &AttentionShape, causal: bool) -> Array2<f64> {
+    Array2::from_shape_fn((rows, shape.kv_len), |(i, j)| {
+        if j < shape.visible_keys(first_row + i, causal) { 1.0 } else { 0.0 }
+    })
+}
+
+/// `Λ_i = |scale| max_j sum_d |q_id| |k_jd|` over the keys row `first_row + i` sees (0 if
+/// none), one per row of `q`.
+fn largest_logit_terms(
+    q: &Array2<f64>,
+    first_row: usize,
+    k: &Array2<f64>,
+    scale: f64,
+    shape: &AttentionShape,
+    causal: bool,
+) -> ndarray::Array1<f64> {
+    let terms = q.mapv(f64::abs).dot(&k.mapv(f64::abs).t()) * scale.abs(); // [rows, Nkv]
+    terms
+        .outer_iter()
+        .enumerate()
+        .map(|(i, row)| {
+            let seen = row.slice(s![..shape.visible_keys(first_row + i, causal)]);
+            seen.fold(0.0f64, |m, &x| m.max(x))
+        })
+        .collect()
+}
+
+// ANCHOR: expected_gradients
+/// The oracle's gradients, and for each element the size of the rounding errors an f32
+/// backward pass makes in it, in units of f32's unit roundoff (the error model; the tolerance
+/// multiplies these by the unit roundoff and its safety factor).
+///
+/// For a row `i` that sees keys, with `Λ_i` as in [`Expected`] and `L_i` its logsumexp, a
+/// recomputed weight `P_ij = e^(S_ij - L_i)` is off by a relative error of about
+/// `w_i = (sqrt(D) + 2) Λ_i + |L_i| + sqrt(D) + sqrt(Nq) + sqrt(Nkv) + 2` units (the logit's
+/// dot product, `L`'s rounding, and the lengths of the sums that follow). Then, with
+/// `A_ij = sum_d |dO_id| |V_jd|` (the terms of `dP_ij`) and `B_i = sum_j P_ij A_ij` (the terms
+/// of `D_i`, by either formula), `dS_ij = P_ij (dP_ij - D_i)` carries about
+/// `E_ij = P_ij w_i (A_ij + B_i)`, and
+///
+/// $$ dV_{jd}:\ \textstyle\sum_i P_{ij}\, w_i\, |dO_{id}|,\qquad
+///    dQ_{id}:\ |\mathrm{scale}| \sum_j E_{ij} |K_{jd}|,\qquad
+///    dK_{jd}:\ |\mathrm{scale}| \sum_i E_{ij} |Q_{id}| . $$
+///
+/// A gradient that is zero by cancellation (one visible key makes `dS` exactly 0) is judged
+/// by the size of the terms that cancel, not by its own size. As in the forward pass, a weight
+/// below f32's normal range may be off by an absolute error: the same sums with 1 in place of
+/// `P_ij w_i`, over the visible weights, say what that costs each element.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExpectedGradients {
+    /// `dQ`, `dK`, `dV`, from [`attention_backward`].
+    pub gradients: Gradients<f64>,
+    /// The error sizes above, element by element, in units of the unit roundoff.
+    pub error_terms: Gradients<f64>,
+    /// What an absolute error of 1 in every visible weight costs each element.
+    pub visible_terms: Gradients<f64>,
+}
+// ANCHOR_END: expected_gradients
+
+/// [`attention_backward`], with the error sizes of [`ExpectedGradients`].
+pub fn expected_gradients(
+    q: &Array4<f32>,
+    k: &Array4<f32>,
+    v: &Array4<f32>,
+    options: &AttentionOptions,
+    d_o: &Array4<f32>,
+) -> Result<ExpectedGradients, AttentionError> {
+    let gradients = attention_backward(q, k, v, options, d_o)?;
+    let forward = attention(q, k, v, options)?;
+    let shape = AttentionShape::of(q, k, v)?;
+    let scale = f64::from(options.scale_for(shape.head_dim)?);
+    let zeros = || Gradients {
+        dq: Array4::zeros(q.dim()),
+        dk: Array4::zeros(k.dim()),
+        dv: Array4::zeros(v.dim()),
+    };
+    let (mut error_terms, mut visible_terms) = (zeros(), zeros());
+    let lengths = [shape.head_dim, shape.q_len, shape.kv_len].map(|n| (n as f64).sqrt());
+    let sum_lengths: f64 = lengths.iter().sum();
+    let dot_growth = lengths[0] + 2.0;
+    for b in 0..shape.batch {
+        for h in 0..shape.heads {
+            let head = |x: &Array4<f32>| to_f64(x.slice(s![b, h, .., ..]));
+            let (q, k, v, d_o) = (head(q), head(k), head(v), head(d_o));
+            let p = probabilities(&q, 0, &k, scale, &shape, options.causal);
+            let logit_terms = largest_logit_terms(&q, 0, &k, scale, &shape, options.causal);
+            let lse = forward.lse.slice(s![b, h, ..]);
+            // w_i, the relative error of row i's recomputed weights (0 for a row that sees none).
+            let mut w = ndarray::Array1::<f64>::zeros(shape.q_len);
+            Zip::from(&mut w).and(&logit_terms).and(&lse).for_each(|w, &terms, &l| {
+                if l.is_finite() {
+                    *w = dot_growth * terms + l.abs() + sum_lengths + 2.0;
+                }
+            });
+            let a = d_o.mapv(f64::abs).dot(&v.mapv(f64::abs).t()); // A_ij, [Nq, Nkv]
+            let a_plus_b = &a + &(&p * &a).sum_axis(Axis(1)).insert_axis(Axis(1)); // A_ij + B_i
+            let size = scale.abs();
+            let (k_size, q_size, d_o_size) = (k.mapv(f64::abs), q.mapv(f64::abs), d_o.mapv(f64::abs));
+            // Rounding: weights P_ij w_i, dS errors E_ij.
+            let weighted = &p * &w.view().insert_axis(Axis(1));
+            let e = &weighted * &a_plus_b;
+            error_terms.dq.slice_mut(s![b, h, .., ..]).assign(&(e.dot(&k_size) * size));
+            error_terms.dk.slice_mut(s![b, h, .., ..]).assign(&(e.t().dot(&q_size) * size));
+            error_terms.dv.slice_mut(s![b, h, .., ..]).assign(&weighted.t().dot(&d_o_size));
+            // Underflow: every visible weight off by an absolute 1.
+            let seen = visible(shape.q_len, 0, &shape, options.causal);
+            let e = &seen * &a_plus_b;
+            visible_terms.dq.slice_mut(s![b, h, .., ..]).assign(&(e.dot(&k_size) * size));
+            visible_terms.dk.slice_mut(s![b, h, .., ..]).assign(&(e.t().dot(&q_size) * size));
+            visible_terms.dv.slice_mut(s![b, h, .., ..]).assign(&seen.t().dot(&d_o_size));
+        }
+    }
+    Ok(ExpectedGradients { gradients, error_terms, visible_terms })
 }
 
 #[cfg(test)]
@@ -256,7 +464,7 @@ mod tests {
         causal: bool,
     ) -> f64 {
         let scale = 1.0 / (q.ncols() as f64).sqrt();
-        (probabilities(q, k, scale, shape, causal).dot(v) * d_o).sum()
+        (probabilities(q, 0, k, scale, shape, causal).dot(v) * d_o).sum()
     }
 
     #[test]
@@ -297,11 +505,53 @@ mod tests {
         let p = Problem::random(&ProblemSpec::new(1, 1, 5, 3, 4).causal(true), 2);
         let shape = AttentionShape::of(&p.q, &p.k, &p.v).unwrap();
         let head = |x: &Array4<f32>| x.slice(s![0, 0, .., ..]).mapv(f64::from);
-        let o = probabilities(&head(&p.q), &head(&p.k), 0.5, &shape, true).dot(&head(&p.v));
+        let o = probabilities(&head(&p.q), 0, &head(&p.k), 0.5, &shape, true).dot(&head(&p.v));
         let expected = attention(&p.q, &p.k, &p.v, &p.options).unwrap().o;
         for (a, b) in o.iter().zip(expected.iter()) {
             assert!((a - b).abs() < 1e-12);
         }
+    }
+
+    #[test]
+    fn expected_agrees_with_the_oracle_and_so_do_its_rows() {
+        use crate::{Problem, ProblemSpec};
+        let p = Problem::random(&ProblemSpec::new(2, 2, 7, 5, 3).causal(true).spike(true), 4);
+        let whole = attention(&p.q, &p.k, &p.v, &p.options).unwrap();
+        let e = expected(&p.q, &p.k, &p.v, &p.options).unwrap();
+        let close = |a: f64, b: f64| a == b || (a - b).abs() <= 1e-12 * (1.0 + b.abs());
+        assert!(e.output.o.iter().zip(&whole.o).all(|(&a, &b)| close(a, b)));
+        assert!(e.output.lse.iter().zip(&whole.lse).all(|(&a, &b)| close(a, b)));
+        let rows = expected_rows(&p.q, &p.k, &p.v, &p.options, 3..6).unwrap();
+        assert_eq!(rows.output.o, e.output.o.slice(s![.., .., 3..6, ..]));
+        assert_eq!(rows.output.lse, e.output.lse.slice(s![.., .., 3..6]));
+        assert_eq!(rows.value_terms, e.value_terms.slice(s![.., .., 3..6, ..]));
+        assert_eq!(rows.logit_terms, e.logit_terms.slice(s![.., .., 3..6]));
+    }
+
+    #[test]
+    fn value_terms_are_the_weighted_sizes_of_the_values() {
+        // Scores 0 and ln 3: weights 1/4 and 3/4; V column 0 is [4, -8]: O = -5, terms 7.
+        let q = head(array![[1.0]]);
+        let k = head(array![[0.0], [3f32.ln()]]);
+        let v = head(array![[4.0], [-8.0]]);
+        let e = expected(&q, &k, &v, &AttentionOptions::new().with_scale(1.0)).unwrap();
+        assert!((e.output.o[[0, 0, 0, 0]] + 5.0).abs() < 1e-6);
+        assert!((e.value_terms[[0, 0, 0, 0]] - 7.0).abs() < 1e-6);
+        assert!((e.logit_terms[[0, 0, 0]] - 3f64.ln()).abs() < 1e-6); // |1| x |ln 3|
+    }
+
+    #[test]
+    fn gradient_error_terms_are_not_zero_where_the_gradient_cancels() {
+        // One key: dS = P (dP - D) = 0 exactly, so dQ and dK are 0, but their terms are not.
+        let q = head(array![[1.0, 0.5], [0.0, 1.0]]);
+        let k = head(array![[0.5, -0.5]]);
+        let v = head(array![[2.0, 3.0]]);
+        let d_o = head(array![[1.0, 2.0], [3.0, 4.0]]);
+        let e = expected_gradients(&q, &k, &v, &AttentionOptions::new(), &d_o).unwrap();
+        assert!(e.gradients.dq.iter().all(|&x| x.abs() < 1e-12));
+        assert!(e.error_terms.dq.iter().all(|&x| x > 1.0));
+        assert!(e.error_terms.dk.iter().all(|&x| x > 1.0));
+        assert!(e.error_terms.dv.iter().all(|&x| x > 1.0));
     }
 
     #[test]

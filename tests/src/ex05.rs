@@ -47,7 +47,7 @@ pub fn checks(solution: impl Exercise05 + 'static) -> Vec<Check> {
             Check::new(name, hint, move || {
                 let backward = tiled(s.clone(), 7, 5);
                 for_all(CASES, cases_with(tweak), |case| {
-                    check_backward_against_oracle(&backward, &case, Tolerance::F32_CPU_GRADIENTS)
+                    check_backward_against_oracle(&backward, &case, Tolerance::F32)
                 })
             })
         };
@@ -118,7 +118,7 @@ pub fn checks(solution: impl Exercise05 + 'static) -> Vec<Check> {
         move || {
             for_all(CASES, (cases(LIMITS), tile_size(LIMITS.seq), tile_size(LIMITS.seq)), |(case, br, bc)| {
                 let backward = tiled(x.clone(), br, bc);
-                check_backward_against_oracle(&backward, &case, Tolerance::F32_CPU_GRADIENTS)
+                check_backward_against_oracle(&backward, &case, Tolerance::F32)
             })
         },
     ));

@@ -86,7 +86,7 @@ pub fn checks(solution: impl Exercise07 + Send + Sync + 'static) -> Vec<Check> {
                 (cases(LIMITS), tile_size(LIMITS.seq), tile_size(LIMITS.seq)),
                 |(case, br, bc)| {
                     let tiled = |q: &_, k: &_, v: &_, o: &_| x.attention(q, k, v, o, br, bc);
-                    check_against_oracle(&tiled, &case, Tolerance::F32_CPU)
+                    check_against_oracle(&tiled, &case, Tolerance::F32)
                         .map_err(|e| format!("tiles {br} x {bc}: {e}"))
                 },
             )

@@ -27,7 +27,7 @@ pub fn checks(solution: impl Exercise08 + 'static) -> Vec<Check> {
     let s = Rc::new(solution);
     forward_checks_within(
         Rc::new(move |q: &_, k: &_, v: &_, o: &_| s.attention(q, k, v, o)),
-        Tolerance::F32_GPU,
+        Tolerance::F32,
     )
 }
 

@@ -5,9 +5,11 @@ use std::rc::Rc;
 use ndarray::Array4;
 use proptest::prelude::*;
 use reference::ProblemSpec;
-use reference::checks::{check_against_oracle, logit_bound};
+use reference::checks::check_against_oracle;
 use reference::strategies::{Case, cases};
-use reference::{AttentionError, AttentionOptions, AttentionOutput, Tolerance, check_output};
+use reference::{
+    AttentionError, AttentionOptions, AttentionOutput, Tolerance, check_agreement, oracle,
+};
 
 use crate::check::{Check, for_all};
 use crate::forward::{LIMITS, forward_checks_within};
@@ -57,7 +59,7 @@ pub fn checks(solution: impl Exercise09 + 'static) -> Vec<Check> {
             for_all(GPU_CASES, (cases(LIMITS), tile_sizes()), |(case, (br, bc))| {
                 let (br, bc) = fitting(&case, br, bc)?;
                 let tiled = |q: &_, k: &_, v: &_, o: &_| x.attention(q, k, v, o, br, bc);
-                check_against_oracle(&tiled, &case, Tolerance::F32_GPU)
+                check_against_oracle(&tiled, &case, Tolerance::F32)
                     .map_err(|e| format!("tiles {br} x {bc}: {e}"))
             })
         },
@@ -75,7 +77,7 @@ pub fn checks(solution: impl Exercise09 + 'static) -> Vec<Check> {
                         seed: 3,
                     };
                     let tiled = |q: &_, k: &_, v: &_, o: &_| x.attention(q, k, v, o, 16, 8);
-                    check_against_oracle(&tiled, &case, Tolerance::F32_GPU)
+                    check_against_oracle(&tiled, &case, Tolerance::F32)
                         .map_err(|e| format!("{case:?}, tiles 16 x 8: {e}"))?;
                 }
             }
@@ -95,8 +97,9 @@ pub fn checks(solution: impl Exercise09 + 'static) -> Vec<Check> {
                     x.attention(&p.q, &p.k, &p.v, &p.options, br, bc).map_err(|e| e.to_string())
                 };
                 let (out_a, out_b) = (run(a)?, run(b)?);
-                let tolerance = Tolerance::F32_GPU.for_logits(2.0 * logit_bound(&p));
-                check_output(&out_a, &out_b.to_f64(), tolerance)
+                let expected =
+                    oracle::expected(&p.q, &p.k, &p.v, &p.options).map_err(|e| e.to_string())?;
+                check_agreement(&out_a, &out_b, &expected, Tolerance::F32)
                     .map(|_| ())
                     .map_err(|e| format!("tiles {a:?} vs {b:?}: {e}"))
             })
@@ -107,7 +110,7 @@ pub fn checks(solution: impl Exercise09 + 'static) -> Vec<Check> {
     let x = s;
     checks.extend(forward_checks_within(
         Rc::new(move |q: &_, k: &_, v: &_, o: &_| x.attention(q, k, v, o, 40, 8)),
-        Tolerance::F32_GPU,
+        Tolerance::F32,
     ));
     checks
 }

@@ -33,7 +33,7 @@ fn plain_cases(causal: bool) -> impl Strategy<Value = Case> {
 /// The standard checks of the attention contract for `forward`, within the CPU's f32
 /// tolerance.
 pub fn forward_checks(forward: SharedForward) -> Vec<Check> {
-    forward_checks_within(forward, Tolerance::F32_CPU)
+    forward_checks_within(forward, Tolerance::F32)
 }
 
 /// The standard checks of the attention contract for `forward`, within `tolerance` of the

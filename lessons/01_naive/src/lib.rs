@@ -11,7 +11,9 @@
 
 use ndarray::linalg::general_mat_mul;
 use ndarray::{Array3, Array4, Axis, s};
-use reference::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
+use reference::{
+    AttentionError, AttentionOptions, AttentionOutput, AttentionShape, CheckedInputs, check_inputs,
+};
 
 // ANCHOR: attention
 /// Naive attention: `q [B,H,Nq,D]`, `k [B,H,Nkv,D]`, `v [B,H,Nkv,D]` -> `O [B,H,Nq,D]`,
@@ -22,8 +24,7 @@ pub fn attention(
     v: &Array4<f32>,
     options: &AttentionOptions,
 ) -> Result<AttentionOutput<f32>, AttentionError> {
-    let shape = AttentionShape::of(q, k, v)?;
-    let scale = options.scale_for(shape.head_dim)?;
+    let CheckedInputs { shape, scale } = check_inputs(q, k, v, options)?;
 
     let mut scores = scaled_scores(q, k, scale); // S: [B, H, Nq, Nkv]
     if options.causal {

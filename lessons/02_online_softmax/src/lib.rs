@@ -16,7 +16,9 @@
 //! once, keeping only `(m, l)` and an unnormalised output row, never a row of `S` or `P`.
 
 use ndarray::{Array1, Array4, s};
-use reference::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
+use reference::{
+    AttentionError, AttentionOptions, AttentionOutput, CheckedInputs, check_inputs,
+};
 
 // ANCHOR: naive
 /// `e^x_i / sum_j e^x_j` exactly as written. Overflows to `NaN` for inputs above about 88.
@@ -116,8 +118,7 @@ pub fn attention(
     v: &Array4<f32>,
     options: &AttentionOptions,
 ) -> Result<AttentionOutput<f32>, AttentionError> {
-    let shape = AttentionShape::of(q, k, v)?;
-    let scale = options.scale_for(shape.head_dim)?;
+    let CheckedInputs { shape, scale } = check_inputs(q, k, v, options)?;
     let mut out = AttentionOutput::empty(&shape);
 
     for b in 0..shape.batch {

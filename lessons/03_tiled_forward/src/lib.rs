@@ -21,7 +21,9 @@ use std::ops::Range;
 
 use ndarray::linalg::general_mat_mul;
 use ndarray::{Array1, Array2, ArrayView2, ArrayViewMut1, ArrayViewMut2, s};
-use reference::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
+use reference::{
+    AttentionError, AttentionOptions, AttentionOutput, AttentionShape, CheckedInputs, check_inputs,
+};
 
 /// Tile sizes: `Br` query rows per outer tile and `Bc` keys per inner tile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,6 +60,18 @@ impl TileSizes {
     pub fn key_cols(&self) -> usize {
         self.key_cols
     }
+
+    // ANCHOR: fitted_to
+    /// The tiles clamped to the problem: a tile larger than the sequence it cuts is one tile
+    /// of the whole sequence. Every stage clamps before it allocates, so tiles of `2^40` rows
+    /// over 8 rows cost 8 rows of memory, not an allocation that aborts the process.
+    pub fn fitted_to(self, shape: &AttentionShape) -> Self {
+        Self {
+            query_rows: self.query_rows.min(shape.q_len),
+            key_cols: self.key_cols.min(shape.kv_len),
+        }
+    }
+    // ANCHOR_END: fitted_to
 }
 
 impl Default for TileSizes {
@@ -78,8 +92,8 @@ pub fn attention(
     options: &AttentionOptions,
     tiles: TileSizes,
 ) -> Result<AttentionOutput<f32>, AttentionError> {
-    let shape = AttentionShape::of(q, k, v)?;
-    let scale = options.scale_for(shape.head_dim)?;
+    let CheckedInputs { shape, scale } = check_inputs(q, k, v, options)?;
+    let tiles = tiles.fitted_to(&shape);
     let mut out = AttentionOutput::empty(&shape);
 
     for b in 0..shape.batch {
@@ -228,6 +242,14 @@ impl RunningState {
     /// Merges one key tile: `s` holds `S [Br, Bc]` and is overwritten with `P`; `v` is
     /// `V_t [Bc, D]`.
     pub fn update(&mut self, s: &mut ArrayViewMut2<f32>, v: ArrayView2<f32>) {
+        self.rescale_to_tile(s);
+        self.add_weighted_values(s.view(), v);
+    }
+
+    /// The softmax half of [`update`](Self::update): per row, the new maximum `m'`, `P = e^(S -
+    /// m')` written over `s`, `l` and `acc` rescaled by `e^(m - m')` and `P`'s row sums added
+    /// to `l`.
+    pub fn rescale_to_tile(&mut self, s: &mut ArrayViewMut2<f32>) {
         for (r, mut row) in s.outer_iter_mut().enumerate() {
             let tile_max = row.fold(f32::NEG_INFINITY, |m, &x| m.max(x));
             let new_max = self.max[r].max(tile_max);
@@ -244,8 +266,11 @@ impl RunningState {
             self.acc.row_mut(r).mapv_inplace(|a| a * correction);
             self.max[r] = new_max;
         }
-        // acc += P V_t   [Br, Bc] x [Bc, D]
-        general_mat_mul(1.0, &s.view(), &v, 1.0, &mut self.acc);
+    }
+
+    /// The values half of [`update`](Self::update): `acc += P V_t`, `[Br, Bc] x [Bc, D]`.
+    pub fn add_weighted_values(&mut self, p: ArrayView2<f32>, v: ArrayView2<f32>) {
+        general_mat_mul(1.0, &p, &v, 1.0, &mut self.acc);
     }
 
     /// `O = acc / l` and `L = m + ln l`, once, after the last key tile. A row that saw no key
@@ -278,6 +303,15 @@ mod tests {
         );
         let t = TileSizes::new(3, 5).unwrap();
         assert_eq!((t.query_rows(), t.key_cols()), (3, 5));
+    }
+
+    #[test]
+    fn tiles_larger_than_the_problem_are_clamped_to_it() {
+        let shape = AttentionShape { batch: 1, heads: 1, q_len: 8, kv_len: 3, head_dim: 4 };
+        let huge = TileSizes::new(1 << 40, usize::MAX).unwrap().fitted_to(&shape);
+        assert_eq!((huge.query_rows(), huge.key_cols()), (8, 3));
+        let small = TileSizes::new(2, 2).unwrap();
+        assert_eq!(small.fitted_to(&shape), small);
     }
 
     #[test]

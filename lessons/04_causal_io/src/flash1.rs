@@ -3,7 +3,9 @@
 use lesson03::{TileKind, TileSizes, classify_tile, mask_future_keys};
 use ndarray::linalg::general_mat_mul;
 use ndarray::{Array1, Array2, Array3, Array4, s};
-use reference::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
+use reference::{
+    AttentionError, AttentionOptions, AttentionOutput, CheckedInputs, check_inputs,
+};
 
 use crate::{FastBuffers, Run, TileCounts, TwoLevelMemory, tile_ranges};
 
@@ -20,8 +22,8 @@ pub fn attention(
     tiles: TileSizes,
     fast_bytes: usize,
 ) -> Result<Run, AttentionError> {
-    let shape = AttentionShape::of(q, k, v)?;
-    let scale = options.scale_for(shape.head_dim)?;
+    let CheckedInputs { shape, scale } = check_inputs(q, k, v, options)?;
+    let tiles = tiles.fitted_to(&shape); // tiles larger than the problem: one tile of all of it
     let (br, bc, d) = (tiles.query_rows(), tiles.key_cols(), shape.head_dim);
     let mut mem = TwoLevelMemory::new(fast_bytes);
     let FastBuffers {

@@ -67,9 +67,11 @@ impl TileCounts {
 /// Bytes of fast memory the algorithms keep for tiles of `Br x Bc` and head dimension `d`:
 /// a Q tile and an output tile (`Br x d` each), a K and a V tile (`Bc x d` each), a tile of
 /// scores (`Br x Bc`) and the row statistics `m`, `l` (`Br` each), all f32.
+/// (Saturating at `usize::MAX` for absurd sizes, which then fit no memory.)
 pub fn working_set_bytes(tiles: TileSizes, head_dim: usize) -> usize {
-    let (br, bc, d) = (tiles.query_rows(), tiles.key_cols(), head_dim);
-    (2 * br * d + 2 * bc * d + br * bc + 2 * br) * size_of::<f32>()
+    let (br, bc, d) = (tiles.query_rows() as u128, tiles.key_cols() as u128, head_dim as u128);
+    let bytes = (2 * br * d + 2 * bc * d + br * bc + 2 * br) * size_of::<f32>() as u128;
+    usize::try_from(bytes).unwrap_or(usize::MAX)
 }
 
 /// The buffers every algorithm of this lesson keeps in fast memory, reserved in one place so
@@ -114,22 +116,28 @@ impl FastBuffers {
 }
 // ANCHOR_END: working_set
 
-/// The largest square tiles (`Br = Bc`) whose working set fits in `fast_bytes`.
+/// The largest square tiles (`Br = Bc`) whose working set fits in `fast_bytes`, found by
+/// bisection, so it returns at once for any memory size (`usize::MAX` means "no limit"; a
+/// stage then clamps the tiles to its problem with [`TileSizes::fitted_to`]).
 pub fn tiles_for_fast_memory(
     fast_bytes: usize,
     head_dim: usize,
 ) -> Result<TileSizes, AttentionError> {
-    let fits =
-        |b: usize| working_set_bytes(TileSizes::new(b, b).expect("b >= 1"), head_dim) <= fast_bytes;
+    let fits = |b: usize| {
+        let bytes = working_set_bytes(TileSizes::new(b, b).expect("b >= 1"), head_dim);
+        bytes < usize::MAX && bytes <= fast_bytes
+    };
     if !fits(1) {
         let needed = working_set_bytes(TileSizes::new(1, 1)?, head_dim);
         return Err(AttentionError::TilesDoNotFit { needed, available: fast_bytes });
     }
-    let mut b = 1;
-    while fits(b + 1) {
-        b += 1;
+    // fits(low) holds and fits(high) does not: a side of 2^33 needs more than 2^66 bytes.
+    let (mut low, mut high) = (1usize, 1usize << 33);
+    while high - low > 1 {
+        let middle = low + (high - low) / 2;
+        if fits(middle) { low = middle } else { high = middle }
     }
-    TileSizes::new(b, b)
+    TileSizes::new(low, low)
 }
 
 /// `0..n` cut into ranges of `size` (the last one shorter if `size` does not divide `n`).
@@ -159,5 +167,14 @@ mod tests {
             tiles_for_fast_memory(100, 64),
             Err(AttentionError::TilesDoNotFit { .. })
         ));
+    }
+
+    #[test]
+    fn any_memory_size_gives_an_answer_at_once() {
+        // "No limit": the largest square whose working set fits in usize::MAX bytes.
+        let tiles = tiles_for_fast_memory(usize::MAX, 64).unwrap();
+        let b = tiles.query_rows() as u128;
+        assert!((4 * b * 64 + b * b + 2 * b) * 4 <= usize::MAX as u128);
+        assert!(tiles_for_fast_memory(usize::MAX, usize::MAX).is_err());
     }
 }

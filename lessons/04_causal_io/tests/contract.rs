@@ -7,6 +7,7 @@ use ndarray::Array4;
 use proptest::prelude::*;
 use reference::checks::{
     Forward, check_against_oracle, check_heads_independent, check_rejects_bad_inputs,
+    check_rejects_non_finite_inputs, check_rejects_overflowing_logits,
 };
 use reference::strategies::{ShapeLimits, cases, config, tile_size};
 use reference::{AttentionError, AttentionOptions, Tolerance};
@@ -40,7 +41,7 @@ proptest! {
     #[test]
     fn every_algorithm_matches_the_oracle(case in cases(ShapeLimits { seq: 200, ..ShapeLimits::CPU }), tiles in tiles()) {
         for (name, algorithm) in ALGORITHMS {
-            check_against_oracle(&forward(algorithm, tiles), &case, Tolerance::F32_CPU)
+            check_against_oracle(&forward(algorithm, tiles), &case, Tolerance::F32)
                 .map_err(|e| TestCaseError::fail(format!("{name} with {tiles:?}: {e}")))?;
         }
     }
@@ -60,7 +61,21 @@ proptest! {
 #[test]
 fn bad_inputs_are_rejected() {
     for (_, algorithm) in ALGORITHMS {
-        check_rejects_bad_inputs(&forward(algorithm, TileSizes::new(3, 2).unwrap())).unwrap();
+        let f = forward(algorithm, TileSizes::new(3, 2).unwrap());
+        check_rejects_bad_inputs(&f).unwrap();
+        check_rejects_non_finite_inputs(&f).unwrap();
+        check_rejects_overflowing_logits(&f).unwrap();
+    }
+}
+
+#[test]
+fn tiles_far_larger_than_the_problem_are_clamped_to_it() {
+    let x = Array4::<f32>::ones((1, 1, 8, 4));
+    for (name, algorithm) in ALGORITHMS {
+        let huge = TileSizes::new(64, 1 << 40).unwrap();
+        let run = algorithm(&x, &x, &x, &AttentionOptions::new(), huge, usize::MAX).unwrap();
+        let exact = algorithm(&x, &x, &x, &AttentionOptions::new(), TileSizes::new(8, 8).unwrap(), usize::MAX).unwrap();
+        assert_eq!(run, exact, "{name}");
     }
 }
 

@@ -20,8 +20,8 @@ use lesson03::{TileKind, TileSizes, classify_tile, mask_future_keys};
 use ndarray::linalg::general_mat_mul;
 use ndarray::{Array1, Array2, Array4, ArrayView1, ArrayView2, ArrayViewMut2, s};
 use reference::{
-    AttentionError, AttentionOptions, AttentionOutput, AttentionShape, Gradients, check_lse_shape,
-    check_same_shape,
+    AttentionError, AttentionOptions, AttentionOutput, AttentionShape, CheckedInputs, Gradients,
+    check_finite, check_inputs, check_logsumexp, check_lse_shape, check_same_shape,
 };
 
 // ANCHOR: backward
@@ -36,11 +36,16 @@ pub fn backward(
     d_o: &Array4<f32>,
     tiles: TileSizes,
 ) -> Result<Gradients<f32>, AttentionError> {
-    let shape = AttentionShape::of(q, k, v)?;
+    let CheckedInputs { shape, scale } = check_inputs(q, k, v, options)?;
     check_same_shape("dO", d_o, "Q", q)?;
     check_same_shape("O", &forward.o, "Q", q)?;
     check_lse_shape(&forward.lse, q)?;
-    let scale = options.scale_for(shape.head_dim)?;
+    // Bad data is an error here too: dO and O finite, and L finite exactly where a row sees
+    // keys (an L of -inf there would silently zero the row's gradients).
+    check_finite("dO", d_o)?;
+    check_finite("O", &forward.o)?;
+    check_logsumexp(&forward.lse, &shape, options.causal)?;
+    let tiles = tiles.fitted_to(&shape);
     let mut grads = Gradients {
         dq: Array4::zeros(q.dim()),
         dk: Array4::zeros(k.dim()),

@@ -4,9 +4,12 @@
 use lesson03::TileSizes;
 use ndarray::Array4;
 use proptest::prelude::*;
-use reference::checks::{Backward, check_backward_against_oracle, random_d_o};
-use reference::strategies::{ShapeLimits, cases, config, tile_size};
-use reference::{AttentionError, AttentionOptions, AttentionOutput, Tolerance, oracle};
+use reference::checks::{Backward, check_backward_against_oracle, oracle_forward_in_f32, random_d_o};
+use reference::strategies::{Case, ShapeLimits, cases, config, tile_size};
+use reference::{
+    AttentionError, AttentionOptions, AttentionOutput, NonFiniteValue, Problem, ProblemSpec,
+    Tolerance, compare, oracle,
+};
 
 fn with_tiles(tiles: TileSizes) -> impl Backward {
     move |q: &_, k: &_, v: &_, o: &_, fwd: &_, d_o: &_| {
@@ -23,7 +26,7 @@ proptest! {
 
     #[test]
     fn gradients_match_the_oracle(case in cases(ShapeLimits { seq: 200, ..ShapeLimits::CPU }), tiles in tiles()) {
-        check_backward_against_oracle(&with_tiles(tiles), &case, Tolerance::F32_CPU_GRADIENTS)
+        check_backward_against_oracle(&with_tiles(tiles), &case, Tolerance::F32)
             .map_err(|e| TestCaseError::fail(format!("{tiles:?}: {e}")))?;
     }
 
@@ -34,9 +37,12 @@ proptest! {
         let fwd = lesson03::attention(&p.q, &p.k, &p.v, &p.options, TileSizes::default()).unwrap();
         let ga = lesson05::backward(&p.q, &p.k, &p.v, &p.options, &fwd, &d_o, a).unwrap();
         let gb = lesson05::backward(&p.q, &p.k, &p.v, &p.options, &fwd, &d_o, b).unwrap();
-        let tol = Tolerance::F32_CPU_GRADIENTS.for_logits(2.0 * reference::checks::logit_bound(&p));
-        for (name, x, y) in [("dQ", &ga.dq, &gb.dq), ("dK", &ga.dk, &gb.dk), ("dV", &ga.dv, &gb.dv)] {
-            let c = reference::compare(name, x, &y.mapv(f64::from), tol).unwrap();
+        // Each may be off the oracle by its bound in opposite directions: twice the bound.
+        let expected = oracle::expected_gradients(&p.q, &p.k, &p.v, &p.options, &d_o).unwrap();
+        let twice = Tolerance { factor: 2.0 * Tolerance::F32.factor, ..Tolerance::F32 };
+        let allowed = twice.allowed_gradients(&expected);
+        for (name, x, y, bound) in [("dQ", &ga.dq, &gb.dq, &allowed.dq), ("dK", &ga.dk, &gb.dk, &allowed.dk), ("dV", &ga.dv, &gb.dv, &allowed.dv)] {
+            let c = compare(name, x, &y.mapv(f64::from), bound).unwrap();
             prop_assert!(c.passed(), "{:?} vs {:?}: {}", a, b, c);
         }
     }
@@ -98,4 +104,58 @@ fn bad_shapes_are_errors() {
         matches!(err, AttentionError::ShapeMismatch { tensor: "K", axis: "head_dim", .. }),
         "{err}"
     );
+}
+
+#[test]
+fn a_zero_gradient_from_cancellation_is_judged_by_the_size_of_its_terms() {
+    // The case a fixed absolute bound failed (found by the grader on 2026-11-22): the one
+    // visible key makes dS exactly 0, so dQ is 0 in exact arithmetic, and f32 leaves a
+    // cancellation residue of about 1e-5 that the error model must accept.
+    let spec = ProblemSpec::new(2, 2, 112, 1, 64).causal(true).logit_scale(0.01).spike(true);
+    let case = Case { spec, seed: 7024244593342052581 };
+    let backward = |q: &_, k: &_, v: &_, o: &_, fwd: &_, d_o: &_| {
+        lesson05::backward(q, k, v, o, fwd, d_o, TileSizes::new(7, 5).unwrap())
+    };
+    check_backward_against_oracle(&backward, &case, Tolerance::F32).unwrap();
+}
+
+#[test]
+fn bad_values_of_do_o_and_l_are_errors() {
+    let p = Problem::random(&ProblemSpec::new(1, 2, 3, 2, 4).causal(true), 9);
+    let forward = oracle_forward_in_f32(&p).unwrap();
+    let d_o = Array4::<f32>::ones((1, 2, 3, 4));
+    let tiles = TileSizes::new(2, 2).unwrap();
+    let run = |fwd: &AttentionOutput<f32>, d_o: &Array4<f32>| {
+        lesson05::backward(&p.q, &p.k, &p.v, &p.options, fwd, d_o, tiles).unwrap_err()
+    };
+    // Row 0 sees no key (Nq = 3 > Nkv = 2): its L is -inf; rows 1 and 2 see keys.
+    let mut all_empty = forward.clone();
+    all_empty.lse.fill(f32::NEG_INFINITY);
+    assert_eq!(
+        run(&all_empty, &d_o),
+        AttentionError::InvalidLogsumexp { index: [0, 0, 1], value: f32::NEG_INFINITY, visible_keys: 1 }
+    );
+    let mut nan_o = forward.clone();
+    nan_o.o[[0, 1, 2, 3]] = f32::NAN;
+    let value = NonFiniteValue::NaN;
+    assert_eq!(run(&nan_o, &d_o), AttentionError::NonFinite { tensor: "O", index: vec![0, 1, 2, 3], value });
+    let mut inf_d_o = d_o.clone();
+    inf_d_o[[0, 0, 1, 0]] = f32::INFINITY;
+    let value = NonFiniteValue::PlusInfinity;
+    assert_eq!(run(&forward, &inf_d_o), AttentionError::NonFinite { tensor: "dO", index: vec![0, 0, 1, 0], value });
+    let mut nan_k = p.clone();
+    nan_k.k[[0, 0, 1, 1]] = f32::NAN;
+    let err = lesson05::backward(&nan_k.q, &nan_k.k, &nan_k.v, &p.options, &forward, &d_o, tiles);
+    assert!(matches!(err, Err(AttentionError::NonFinite { tensor: "K", .. })), "{err:?}");
+}
+
+#[test]
+fn tiles_far_larger_than_the_problem_are_clamped_to_it() {
+    let p = Problem::random(&ProblemSpec::new(1, 1, 6, 5, 3).causal(true), 2);
+    let forward = oracle_forward_in_f32(&p).unwrap();
+    let d_o = Array4::<f32>::ones((1, 1, 6, 3));
+    let exact = TileSizes::new(6, 5).unwrap();
+    let huge = TileSizes::new(64, usize::MAX).unwrap();
+    let backward = |tiles| lesson05::backward(&p.q, &p.k, &p.v, &p.options, &forward, &d_o, tiles).unwrap();
+    assert_eq!(backward(huge), backward(exact));
 }

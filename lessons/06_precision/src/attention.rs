@@ -1,7 +1,9 @@
 //! Attention with inputs stored in a 16-bit format, computed with f32 accumulation.
 
+use lesson03::{RunningState, TileKind, TileSizes, classify_tile, mask_future_keys};
+use ndarray::linalg::general_mat_mul;
 use ndarray::{Array2, Array3, Array4, ArrayView1, s};
-use reference::{AttentionError, AttentionOptions, AttentionShape};
+use reference::{AttentionError, AttentionOptions, AttentionOutput, CheckedInputs, check_inputs};
 
 use crate::element::{Element, round_to, widen};
 
@@ -27,8 +29,7 @@ pub fn naive<T: Element>(
     v: &Array4<T>,
     options: &AttentionOptions,
 ) -> Result<Output<T>, AttentionError> {
-    let shape = AttentionShape::of(q, k, v)?;
-    let scale = options.scale_for(shape.head_dim)?;
+    let CheckedInputs { shape, scale } = check_inputs(q, k, v, options)?;
     let mut o = Array4::from_elem(q.dim(), T::from_f32(0.0));
     let mut lse = Array3::from_elem(shape.lse_dims(), f32::NEG_INFINITY);
     for b in 0..shape.batch {
@@ -90,7 +91,54 @@ pub fn flash<T: Element>(
     options: &AttentionOptions,
     tiles: lesson03::TileSizes,
 ) -> Result<Output<T>, AttentionError> {
+    check_inputs(q, k, v, options)?; // errors name the T tensors, before anything is widened
     let out = lesson03::attention(&widen(q), &widen(k), &widen(v), options, tiles)?;
     Ok(Output { o: round_to(&out.o), lse: out.lse })
 }
 // ANCHOR_END: flash
+
+// ANCHOR: flash_rounding_weights
+/// FlashAttention as tensor-core kernels run it: like [`flash`], except that each tile's `P` is
+/// **rounded to `T`** before the product `P V`, because tensor cores multiply 16-bit matrices.
+/// The Triton tutorial's fused attention (`p.to(v.dtype)`), the CS336 kernels and
+/// FlashAttention-2's CUDA kernels all do this; `m`, `l` (which sums the unrounded `P`) and
+/// the accumulator stay f32. Each weight then carries a relative error of up to `T`'s unit
+/// roundoff, which the chapter's error table measures.
+pub fn flash_rounding_weights<T: Element>(
+    q: &Array4<T>,
+    k: &Array4<T>,
+    v: &Array4<T>,
+    options: &AttentionOptions,
+    tiles: TileSizes,
+) -> Result<Output<T>, AttentionError> {
+    let CheckedInputs { shape, scale } = check_inputs(q, k, v, options)?;
+    let tiles = tiles.fitted_to(&shape);
+    let (q, k, v) = (widen(q), widen(k), widen(v));
+    let mut out = AttentionOutput::empty(&shape);
+    for (b, h) in (0..shape.batch).flat_map(|b| (0..shape.heads).map(move |h| (b, h))) {
+        for first_row in (0..shape.q_len).step_by(tiles.query_rows()) {
+            let rows = first_row..(first_row + tiles.query_rows()).min(shape.q_len);
+            let q_tile = q.slice(s![b, h, rows.clone(), ..]);
+            let mut state = RunningState::new(rows.len(), shape.head_dim);
+            for first_key in (0..shape.kv_len).step_by(tiles.key_cols()) {
+                let keys = first_key..(first_key + tiles.key_cols()).min(shape.kv_len);
+                let kind = classify_tile(&shape, options.causal, rows.clone(), keys.clone());
+                if kind == TileKind::Skipped {
+                    break;
+                }
+                let mut p = Array2::<f32>::zeros((rows.len(), keys.len()));
+                let k_tile = k.slice(s![b, h, keys.clone(), ..]);
+                general_mat_mul(scale, &q_tile, &k_tile.t(), 0.0, &mut p); // S
+                if kind == TileKind::Masked {
+                    mask_future_keys(&mut p.view_mut(), rows.start, keys.start, &shape);
+                }
+                state.rescale_to_tile(&mut p.view_mut()); // S becomes P; l sums it in f32
+                p.mapv_inplace(|w| T::from_f32(w).to_f32()); // P rounded to T for the product
+                state.add_weighted_values(p.view(), v.slice(s![b, h, keys, ..]));
+            }
+            state.finish(out.o.slice_mut(s![b, h, rows.clone(), ..]), out.lse.slice_mut(s![b, h, rows]));
+        }
+    }
+    Ok(Output { o: round_to(&out.o), lse: out.lse })
+}
+// ANCHOR_END: flash_rounding_weights

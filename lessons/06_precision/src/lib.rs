@@ -23,5 +23,5 @@ pub mod demos;
 pub mod element;
 pub mod policy;
 
-pub use attention::{Output, flash, naive};
-pub use element::{Dtype, Element, round_to, widen};
+pub use attention::{Output, flash, flash_rounding_weights, naive};
+pub use element::{Dtype, Element, round_checked, round_to, widen};

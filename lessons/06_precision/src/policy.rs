@@ -3,10 +3,10 @@
 
 use half::{bf16, f16};
 use ndarray::{Array3, Array4};
-use reference::{AttentionError, AttentionOptions, AttentionOutput};
+use reference::{AttentionError, AttentionOptions, AttentionOutput, check_inputs};
 
 use crate::attention::{Output, flash, naive};
-use crate::element::{Dtype, Element, round_to, widen};
+use crate::element::{Dtype, Element, round_checked, widen};
 
 /// A `[B, H, N, D]` tensor in one of the course's formats.
 #[derive(Clone, Debug, PartialEq)]
@@ -92,8 +92,9 @@ pub fn attention(
 
 // ANCHOR: safe
 /// The "safe" wrapper: f32 in, f32 out, computed in `dtype`. The inputs are rounded to
-/// `dtype` (as a model running in that format would hold them), the flash kernel runs with
-/// f32 statistics and accumulation, and `O` is widened back to f32.
+/// `dtype` (as a model running in that format would hold them; a value the format cannot hold
+/// is an [`AttentionError::NotRepresentable`]), the flash kernel runs with f32 statistics and
+/// accumulation, and `O` is widened back to f32.
 pub fn attention_in_precision(
     q: &Array4<f32>,
     k: &Array4<f32>,
@@ -107,13 +108,11 @@ pub fn attention_in_precision(
         v: &Array4<f32>,
         options: &AttentionOptions,
     ) -> Result<AttentionOutput<f32>, AttentionError> {
-        let out = flash::<T>(
-            &round_to(q),
-            &round_to(k),
-            &round_to(v),
-            options,
-            lesson03::TileSizes::default(),
-        )?;
+        // Shapes, NaN and the scale are checked on the f32 inputs; then every value must fit
+        // the format (an f32 1e5 has no f16 value: an error, not an infinity).
+        check_inputs(q, k, v, options)?;
+        let (q, k, v) = (round_checked("Q", q)?, round_checked("K", k)?, round_checked("V", v)?);
+        let out = flash::<T>(&q, &k, &v, options, lesson03::TileSizes::default())?;
         Ok(AttentionOutput { o: widen(&out.o), lse: out.lse })
     }
     match dtype {

@@ -21,7 +21,9 @@ pub mod kernels;
 use lesson03::{TileKind, TileSizes, classify_tile, mask_future_keys};
 use ndarray::{Array1, Array2, Array4, ArrayView2, ArrayViewMut1, ArrayViewMut2, Axis, s};
 use rayon::prelude::*;
-use reference::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
+use reference::{
+    AttentionError, AttentionOptions, AttentionOutput, AttentionShape, CheckedInputs, check_inputs,
+};
 
 use crate::exp2::exp2;
 use crate::kernels::{matmul, softmax_row};
@@ -41,9 +43,10 @@ pub fn attention(
     options: &AttentionOptions,
     tiles: TileSizes,
 ) -> Result<AttentionOutput<f32>, AttentionError> {
-    let shape = AttentionShape::of(q, k, v)?;
+    let CheckedInputs { shape, scale } = check_inputs(q, k, v, options)?;
+    let tiles = tiles.fitted_to(&shape);
     // Scores in base-2 units: s * scale * log2(e), so that e^(s - m) becomes 2^(s' - m').
-    let scale_log2 = options.scale_for(shape.head_dim)? * std::f32::consts::LOG2_E;
+    let scale_log2 = scale * std::f32::consts::LOG2_E;
 
     // Every (batch, head, query tile) is an independent task that writes its own rows of O
     // and L: the output is cut into disjoint tiles first, so no task needs a lock or a copy.

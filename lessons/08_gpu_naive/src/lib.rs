@@ -16,7 +16,7 @@ use gpu::attention::{AttentionBuffers, AttentionKernel};
 use gpu::buffers;
 use gpu::kernel::{Dispatch, bind, check_loop_iterations, compile, workgroup_count};
 use ndarray::Array4;
-use reference::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
+use reference::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape, check_inputs};
 
 /// The WGSL source of the three kernels.
 pub const SHADER: &str = include_str!("naive.wgsl");
@@ -140,7 +140,7 @@ pub fn attention_with_shader(
     v: &Array4<f32>,
     options: &AttentionOptions,
 ) -> Result<AttentionOutput<f32>, AttentionError> {
-    AttentionShape::of(q, k, v)?;
+    check_inputs(q, k, v, options)?; // bad input is reported before any shader is compiled
     let kernel = NaiveAttention::from_source(device, source)?;
     gpu::attention::attention_on(device, queue, &kernel, q, k, v, options)
 }

@@ -18,7 +18,9 @@
 use gpu::attention::{AttentionBuffers, AttentionKernel};
 use gpu::kernel::{Dispatch, bind, check_loop_iterations, compile, workgroup_count};
 use ndarray::Array4;
-use reference::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
+use reference::{
+    AttentionError, AttentionOptions, AttentionOutput, AttentionShape, CheckedInputs, check_inputs,
+};
 
 pub use lesson03::TileSizes;
 
@@ -209,7 +211,8 @@ pub fn attention_with_shader(
     options: &AttentionOptions,
     tiles: TileSizes,
 ) -> Result<AttentionOutput<f32>, AttentionError> {
-    let shape = AttentionShape::of(q, k, v)?;
+    // Bad input is reported before any shader is compiled.
+    let CheckedInputs { shape, .. } = check_inputs(q, k, v, options)?;
     let kernel = FlashAttention::from_source(device, source, tiles, shape.head_dim)?;
     gpu::attention::attention_on(device, queue, &kernel, q, k, v, options)
 }

@@ -47,7 +47,7 @@ fn main() -> ExitCode {
     );
 
     let start = Instant::now();
-    let expected = match oracle::attention(&problem.q, &problem.k, &problem.v, &problem.options) {
+    let expected = match oracle::expected(&problem.q, &problem.k, &problem.v, &problem.options) {
         Ok(expected) => expected,
         Err(e) => {
             eprintln!("error: {e}");
@@ -81,7 +81,7 @@ fn main() -> ExitCode {
     )
     .q;
     let start = Instant::now();
-    let expected_grads = match oracle::attention_backward(
+    let expected_grads = match oracle::expected_gradients(
         &problem.q,
         &problem.k,
         &problem.v,

@@ -98,7 +98,10 @@ pub fn barriers_in_non_uniform_control_flow(
 fn uniform_built_in(built_in: BuiltIn) -> bool {
     matches!(
         built_in,
-        BuiltIn::WorkGroupId | BuiltIn::NumWorkGroups | BuiltIn::WorkGroupSize | BuiltIn::SubgroupSize
+        BuiltIn::WorkGroupId
+            | BuiltIn::NumWorkGroups
+            | BuiltIn::WorkGroupSize
+            | BuiltIn::SubgroupSize
     )
 }
 
@@ -113,11 +116,14 @@ struct Summary {
     stores_through_arguments: bool,
 }
 
+/// A function analysed with its arguments' uniformity: its summary and what it found.
+type Analysed = (Summary, Vec<NonUniformBarrier>);
+
 struct Analysis<'a> {
     module: &'a Module,
     source: &'a str,
-    /// Each function analysed, by its arguments' uniformity: its summary and what it found.
-    summaries: HashMap<(Handle<Function>, Vec<bool>), (Summary, Vec<NonUniformBarrier>)>,
+    /// Each function analysed, by its arguments' uniformity.
+    summaries: HashMap<(Handle<Function>, Vec<bool>), Analysed>,
     /// What the function being analysed has found so far.
     found: Vec<NonUniformBarrier>,
 }
@@ -139,11 +145,7 @@ struct FunctionState<'f> {
 impl<'a> Analysis<'a> {
     /// Analyses `function` with `arguments[i]` telling whether argument `i` is non-uniform:
     /// what its callers need to know, and the barriers it reaches non-uniformly itself.
-    fn function(
-        &mut self,
-        function: &Function,
-        arguments: Vec<bool>,
-    ) -> (Summary, Vec<NonUniformBarrier>) {
+    fn function(&mut self, function: &Function, arguments: Vec<bool>) -> Analysed {
         let callers_found = std::mem::take(&mut self.found);
         let mut state = FunctionState {
             function,
@@ -317,7 +319,11 @@ impl<'a> Analysis<'a> {
         state.summary.has_barrier = true;
         if let Some(cause) = disruptor {
             let line = |s: Span| s.location(self.source).line_number;
-            self.found.push(NonUniformBarrier { line: line(span), what, because_of_line: line(cause) });
+            self.found.push(NonUniformBarrier {
+                line: line(span),
+                what,
+                because_of_line: line(cause),
+            });
         }
     }
 }
@@ -342,14 +348,17 @@ impl FunctionState<'_> {
             Expression::LocalVariable(local) => Some(Root::Local(local)),
             Expression::FunctionArgument(_) => Some(Root::Argument),
             Expression::GlobalVariable(_) => Some(Root::Global),
-            Expression::Access { base, .. } | Expression::AccessIndex { base, .. } => self.root(base),
+            Expression::Access { base, .. } | Expression::AccessIndex { base, .. } => {
+                self.root(base)
+            }
             _ => None,
         }
     }
 
     /// Whether `expression` may differ between the invocations of a workgroup.
     fn non_uniform(&self, module: &Module, expression: Handle<Expression>) -> bool {
-        let any = |handles: &[Handle<Expression>]| handles.iter().any(|&h| self.non_uniform(module, h));
+        let any =
+            |handles: &[Handle<Expression>]| handles.iter().any(|&h| self.non_uniform(module, h));
         match &self.function.expressions[expression] {
             Expression::Literal(_)
             | Expression::Constant(_)
@@ -363,7 +372,9 @@ impl FunctionState<'_> {
                 AddressSpace::Storage { access } => access.contains(StorageAccess::STORE),
                 _ => true, // workgroup, private, function memory
             },
-            Expression::CallResult(_) => self.call_results.get(&expression).copied().unwrap_or(false),
+            Expression::CallResult(_) => {
+                self.call_results.get(&expression).copied().unwrap_or(false)
+            }
             Expression::Load { pointer } => self.non_uniform(module, *pointer),
             Expression::Access { base, index } => any(&[*base, *index]),
             Expression::AccessIndex { base, .. } => self.non_uniform(module, *base),
@@ -374,10 +385,13 @@ impl FunctionState<'_> {
                 self.non_uniform(module, *expr)
             }
             Expression::Binary { left, right, .. } => any(&[*left, *right]),
-            Expression::Select { condition, accept, reject } => any(&[*condition, *accept, *reject]),
+            Expression::Select { condition, accept, reject } => {
+                any(&[*condition, *accept, *reject])
+            }
             Expression::Relational { argument, .. } => self.non_uniform(module, *argument),
             Expression::Math { arg, arg1, arg2, arg3, .. } => {
-                let args: Vec<_> = [Some(*arg), *arg1, *arg2, *arg3].into_iter().flatten().collect();
+                let args: Vec<_> =
+                    [Some(*arg), *arg1, *arg2, *arg3].into_iter().flatten().collect();
                 any(&args)
             }
             Expression::ArrayLength(array) => self.non_uniform(module, *array),
@@ -411,7 +425,8 @@ fn main(@builtin(local_invocation_index) thread: u32, @builtin(workgroup_id) gro
     #[test]
     fn barriers_in_uniform_loops_and_branches_pass() {
         check("workgroupBarrier();").unwrap();
-        check("for (var i = 0u; i < n; i++) { shared_data[thread] = i; workgroupBarrier(); }").unwrap();
+        check("for (var i = 0u; i < n; i++) { shared_data[thread] = i; workgroupBarrier(); }")
+            .unwrap();
         check("if group.x < n { workgroupBarrier(); }").unwrap();
         check("let end = min(group.x * 64u + 64u, n); for (var i = group.x; i < end; i += 8u) { workgroupBarrier(); }")
             .unwrap();
@@ -421,7 +436,8 @@ fn main(@builtin(local_invocation_index) thread: u32, @builtin(workgroup_id) gro
 
     #[test]
     fn a_barrier_under_a_condition_on_the_invocation_is_reported_with_its_lines() {
-        let err = check("let valid = thread < n;\nif valid {\n    workgroupBarrier();\n}").unwrap_err();
+        let err =
+            check("let valid = thread < n;\nif valid {\n    workgroupBarrier();\n}").unwrap_err();
         // The body starts on line 8 of the generated source.
         assert!(err.starts_with("line 10: workgroupBarrier()"), "{err}");
         assert!(err.contains("the condition at line 9"), "{err}"); // the `if`
@@ -434,9 +450,15 @@ fn main(@builtin(local_invocation_index) thread: u32, @builtin(workgroup_id) gro
         // A loop whose trip count depends on the invocation.
         assert!(check("for (var i = 0u; i < thread; i++) { workgroupBarrier(); }").is_err());
         // A break taken by some invocations only.
-        assert!(check("for (var i = 0u; i < n; i++) { if i == thread { break; } workgroupBarrier(); }").is_err());
+        assert!(
+            check("for (var i = 0u; i < n; i++) { if i == thread { break; } workgroupBarrier(); }")
+                .is_err()
+        );
         // A variable that became non-uniform by assignment.
-        assert!(check("var k = 0u;\nif thread == 0u { k = 1u; }\nif k == 1u { workgroupBarrier(); }").is_err());
+        assert!(
+            check("var k = 0u;\nif thread == 0u { k = 1u; }\nif k == 1u { workgroupBarrier(); }")
+                .is_err()
+        );
         // A value loaded from workgroup memory.
         assert!(check("if shared_data[0] == 1u { workgroupBarrier(); }").is_err());
     }

@@ -70,9 +70,12 @@ fn a_barrier_that_only_some_threads_reach_is_reported() {
         1,
     );
     let module = naga::front::wgsl::parse_str(&moved).unwrap();
-    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
-        .validate(&module)
-        .expect("naga 30 accepts it");
+    naga::valid::Validator::new(
+        naga::valid::ValidationFlags::all(),
+        naga::valid::Capabilities::all(),
+    )
+    .validate(&module)
+    .expect("naga 30 accepts it");
     let err = gpu::uniformity::check_barriers(&moved).unwrap_err();
     assert!(err.contains("workgroupBarrier() in non-uniform control flow"), "{err}");
 }

@@ -59,12 +59,15 @@ impl Format {
     pub const EXACT: Self = Self { unit: 0.0, underflow: 0.0 };
     /// f32: unit roundoff `2^-24`; below `2^-126` a GPU may flush a number to zero, so the
     /// smallest normal number is the absolute error there.
-    pub const F32: Self = Self { unit: 1.0 / (1u64 << 24) as f64, underflow: f32::MIN_POSITIVE as f64 };
+    pub const F32: Self =
+        Self { unit: 1.0 / (1u64 << 24) as f64, underflow: f32::MIN_POSITIVE as f64 };
     /// f16: unit roundoff `2^-11` (10 stored mantissa bits); below `2^-14` it keeps subnormals
     /// `2^-24` apart, so rounding there is off by up to `2^-25`.
-    pub const F16: Self = Self { unit: 1.0 / (1u64 << 11) as f64, underflow: 1.0 / (1u64 << 25) as f64 };
+    pub const F16: Self =
+        Self { unit: 1.0 / (1u64 << 11) as f64, underflow: 1.0 / (1u64 << 25) as f64 };
     /// bf16: unit roundoff `2^-8` (7 stored mantissa bits), f32's range.
-    pub const BF16: Self = Self { unit: 1.0 / (1u64 << 8) as f64, underflow: f32::MIN_POSITIVE as f64 };
+    pub const BF16: Self =
+        Self { unit: 1.0 / (1u64 << 8) as f64, underflow: f32::MIN_POSITIVE as f64 };
 }
 
 // ANCHOR: safety_factor
@@ -118,7 +121,8 @@ impl Tolerance {
     pub const F16_WEIGHTS: Self = Self { weights: Format::F16, output: Format::F16, ..Self::F32 };
 
     /// As [`Tolerance::F16_WEIGHTS`], in bf16.
-    pub const BF16_WEIGHTS: Self = Self { weights: Format::BF16, output: Format::BF16, ..Self::F32 };
+    pub const BF16_WEIGHTS: Self =
+        Self { weights: Format::BF16, output: Format::BF16, ..Self::F32 };
 
     /// f32 inputs rounded to f16, or `S` and `P` stored in f16 (naive attention on f16
     /// storage), and `O` rounded to f16, against the oracle on the unrounded inputs.
@@ -134,7 +138,8 @@ impl Tolerance {
         let (u, u_s, c) = (self.arithmetic.unit, self.storage.unit, self.factor);
         let dot_growth = (expected.head_dim as f64).sqrt() + 2.0;
         let sum_growth = (expected.kv_len as f64).sqrt() + 2.0;
-        let per_row = |terms: f64| u * (dot_growth * terms + sum_growth) + u_s * (2.0 * terms + 2.0);
+        let per_row =
+            |terms: f64| u * (dot_growth * terms + sum_growth) + u_s * (2.0 * terms + 2.0);
         // Below the normal range a weight keeps only an absolute precision, whichever of the
         // formats it passed through loses the most.
         let weight_underflow = [self.arithmetic, self.storage, self.weights]
@@ -225,7 +230,11 @@ impl fmt::Display for Comparison {
                 self.name, self.worst_ratio
             );
         }
-        write!(f, "{}: {} of {} elements outside their bound", self.name, self.failures, self.elements)?;
+        write!(
+            f,
+            "{}: {} of {} elements outside their bound",
+            self.name, self.failures, self.elements
+        )?;
         if let Some(e) = &self.non_finite {
             write!(f, "; {}{:?} is {}, expected {}", self.name, e.index, e.actual, e.expected)?;
         }
@@ -379,7 +388,6 @@ pub fn assert_close<X: Copy + Into<f64>>(
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -396,15 +404,21 @@ mod tests {
 
     #[test]
     fn each_element_is_judged_by_its_own_bound() {
-        let (actual, expected) = (array![[1.0f32, 2.0], [3.5, 4.0]], array![[1.0, 2.0], [3.0, 4.0]]);
+        let (actual, expected) =
+            (array![[1.0f32, 2.0], [3.5, 4.0]], array![[1.0, 2.0], [3.0, 4.0]]);
         // 0.5 off at [1, 0]: within a bound of 1, outside a bound of 0.1.
-        assert!(compare("x", &actual, &expected, &array![[0.0, 0.0], [1.0, 0.0]]).unwrap().passed());
+        assert!(
+            compare("x", &actual, &expected, &array![[0.0, 0.0], [1.0, 0.0]]).unwrap().passed()
+        );
         let c = compare("x", &actual, &expected, &array![[1.0, 1.0], [0.1, 1.0]]).unwrap();
         assert_eq!((c.failures, c.worst.as_ref().unwrap().index.clone()), (1, vec![1, 0]));
         assert!((c.worst_ratio - 5.0).abs() < 1e-12);
         let text = c.to_string();
         assert!(text.contains("1 of 4 elements outside their bound"), "{text}");
-        assert!(text.contains("worst at [1, 0]: got 3.5, expected 3 (error 5.00e-1, allowed 1.00e-1)"), "{text}");
+        assert!(
+            text.contains("worst at [1, 0]: got 3.5, expected 3 (error 5.00e-1, allowed 1.00e-1)"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -427,10 +441,17 @@ mod tests {
 
     #[test]
     fn a_non_finite_mismatch_is_reported_as_such() {
-        let c = compare("L", &array![0.5f32, f32::NAN], &array![0.5, 0.25], &array![1.0, 1.0]).unwrap();
-        assert_eq!(c.to_string(), "L: 1 of 2 elements outside their bound; L[1] is NaN, expected 0.25");
+        let c =
+            compare("L", &array![0.5f32, f32::NAN], &array![0.5, 0.25], &array![1.0, 1.0]).unwrap();
+        assert_eq!(
+            c.to_string(),
+            "L: 1 of 2 elements outside their bound; L[1] is NaN, expected 0.25"
+        );
         let c = compare("L", &array![f32::NEG_INFINITY], &array![0.5], &array![1.0]).unwrap();
-        assert_eq!(c.to_string(), "L: 1 of 1 elements outside their bound; L[0] is -inf, expected 0.5");
+        assert_eq!(
+            c.to_string(),
+            "L: 1 of 1 elements outside their bound; L[0] is -inf, expected 0.5"
+        );
     }
 
     #[test]
@@ -451,7 +472,10 @@ mod tests {
         let allowed = Tolerance::F32.allowed(&e);
         assert!(allowed.o[[0, 0, 0, 0]] > 8.0 * Format::F32.unit);
         // An f32 rounding error passes; a bug's error does not.
-        let mut out = AttentionOutput { o: e.output.o.mapv(|x| x as f32), lse: e.output.lse.mapv(|x| x as f32) };
+        let mut out = AttentionOutput {
+            o: e.output.o.mapv(|x| x as f32),
+            lse: e.output.lse.mapv(|x| x as f32),
+        };
         out.o[[0, 0, 0, 0]] = 3e-8;
         assert!(check_output(&out, &e, Tolerance::F32).is_ok());
         out.o[[0, 0, 0, 0]] = 1e-3;
@@ -475,12 +499,19 @@ mod tests {
     fn assert_close_passes_close_outputs_and_reports_far_ones() {
         let p = Problem::random(&ProblemSpec::new(1, 1, 2, 3, 2), 1);
         let e = oracle::expected(&p.q, &p.k, &p.v, &p.options).unwrap();
-        let close = AttentionOutput { o: e.output.o.mapv(|x| x as f32), lse: e.output.lse.mapv(|x| x as f32) };
+        let close = AttentionOutput {
+            o: e.output.o.mapv(|x| x as f32),
+            lse: e.output.lse.mapv(|x| x as f32),
+        };
         assert_close(&close, &e, Tolerance::F32);
         let mut far = close.clone();
         far.o[[0, 0, 1, 1]] += 0.5;
-        let report = std::panic::catch_unwind(|| assert_close(&far, &e, Tolerance::F32)).unwrap_err();
+        let report =
+            std::panic::catch_unwind(|| assert_close(&far, &e, Tolerance::F32)).unwrap_err();
         let report = report.downcast_ref::<String>().unwrap();
-        assert!(report.contains("O: 1 of 4 elements outside their bound; worst at [0, 0, 1, 1]"), "{report}");
+        assert!(
+            report.contains("O: 1 of 4 elements outside their bound; worst at [0, 0, 1, 1]"),
+            "{report}"
+        );
     }
 }

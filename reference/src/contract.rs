@@ -198,7 +198,10 @@ fn largest_row_norm<T: Copy + Into<f64>>(
 
 /// [`AttentionError::NonFinite`] naming `tensor` and its first NaN or infinite element (in
 /// row-major order), or `Ok` if every element is finite.
-pub fn check_finite<S, T, D>(tensor: &'static str, x: &ArrayBase<S, D>) -> Result<(), AttentionError>
+pub fn check_finite<S, T, D>(
+    tensor: &'static str,
+    x: &ArrayBase<S, D>,
+) -> Result<(), AttentionError>
 where
     S: Data<Elem = T>,
     T: Copy + Into<f64>,
@@ -343,7 +346,9 @@ mod tests {
         let p = Problem::random(&ProblemSpec::new(1, 1, 2, 2, 4), 1);
         let absurd = p.options.with_scale(f32::MAX);
         let err = check_inputs(&p.q, &p.k, &p.v, &absurd).unwrap_err();
-        assert!(matches!(err, AttentionError::LogitsOverflow { bound, .. } if bound > LARGEST_LOGIT));
+        assert!(
+            matches!(err, AttentionError::LogitsOverflow { bound, .. } if bound > LARGEST_LOGIT)
+        );
         // Logits of 1e30 are far from any use, but f32 computes them without overflowing.
         let large = p.options.with_scale(1e30);
         assert!(check_inputs(&p.q, &p.k, &p.v, &large).is_ok());

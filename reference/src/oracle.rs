@@ -344,7 +344,8 @@ pub fn expected_gradients(
             let a = d_o.mapv(f64::abs).dot(&v.mapv(f64::abs).t()); // A_ij, [Nq, Nkv]
             let a_plus_b = &a + &(&p * &a).sum_axis(Axis(1)).insert_axis(Axis(1)); // A_ij + B_i
             let size = scale.abs();
-            let (k_size, q_size, d_o_size) = (k.mapv(f64::abs), q.mapv(f64::abs), d_o.mapv(f64::abs));
+            let (k_size, q_size, d_o_size) =
+                (k.mapv(f64::abs), q.mapv(f64::abs), d_o.mapv(f64::abs));
             // Rounding: weights P_ij w_i, dS errors E_ij.
             let weighted = &p * &w.view().insert_axis(Axis(1));
             let e = &weighted * &a_plus_b;

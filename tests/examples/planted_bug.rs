@@ -3,13 +3,17 @@
 //!
 //! `cargo run -p grader --example planted_bug`
 
-use grader::mutants::TiledBug;
+use grader::mutants::{Planted, TiledBug};
+
+// Exercise 03's memory check measures with the counting allocator.
+#[global_allocator]
+static ALLOC: reference::memory::CountingAllocator = reference::memory::CountingAllocator;
 
 fn main() {
     // The report is the point; the failing status is expected.
     let _ = grader::hidden::run(
         "ex03",
         "tiled FlashAttention forward, with a planted bug: no rescale",
-        grader::ex03::checks(TiledBug::MissingRescale),
+        grader::ex03::checks(Planted::with(TiledBug::MissingRescale)),
     );
 }

@@ -6,7 +6,7 @@ use std::fmt::Debug;
 use std::panic::{self, AssertUnwindSafe};
 
 use proptest::strategy::Strategy;
-use proptest::test_runner::{TestCaseError, TestError, TestRunner};
+use proptest::test_runner::{RngSeed, TestCaseError, TestError, TestRunner};
 use reference::strategies::config;
 
 /// One graded check of an exercise.
@@ -62,8 +62,42 @@ fn is_todo(message: &str) -> bool {
     message.contains("not yet implemented")
 }
 
-/// Runs `test` on `cases` inputs drawn from `strategy`. On failure proptest shrinks the input
-/// to a minimal one, and the error names it.
+// ANCHOR: seed
+/// The seed every property check of this run draws its cases from: `PROPTEST_RNG_SEED` if it
+/// is set (CI sets it, so its runs are repeatable), otherwise a fresh one per run (so learners
+/// see new cases every time). A failure prints it, so the same cases can be drawn again.
+pub fn seed() -> u64 {
+    if let Some(seed) = *SEED.lock().expect("not poisoned") {
+        return seed;
+    }
+    let from_env = std::env::var("PROPTEST_RNG_SEED").ok().and_then(|s| s.parse().ok());
+    let seed = from_env.unwrap_or_else(|| {
+        // A random 64-bit number from the standard library's hasher seed.
+        use std::hash::{BuildHasher, RandomState};
+        RandomState::new().hash_one(std::time::SystemTime::now())
+    });
+    *SEED.lock().expect("not poisoned") = Some(seed);
+    seed
+}
+// ANCHOR_END: seed
+
+/// Draws this run's cases from `seed` instead (the maintainers' stress run, `cargo grade
+/// --stress`, runs many seeds in one process).
+pub fn set_seed(seed: u64) {
+    *SEED.lock().expect("not poisoned") = Some(seed);
+}
+
+/// Multiplies the number of cases of every property check (the stress run uses 20).
+pub fn set_cases_factor(factor: u32) {
+    CASES_FACTOR.store(factor.max(1), std::sync::atomic::Ordering::Relaxed);
+}
+
+static SEED: std::sync::Mutex<Option<u64>> = std::sync::Mutex::new(None);
+static CASES_FACTOR: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+
+/// Runs `test` on `cases` inputs drawn from `strategy` (times the cases factor; a
+/// `PROPTEST_CASES` variable replaces the count), from this run's [`seed`]. On failure proptest
+/// shrinks the input to a minimal one, and the error names it.
 pub fn for_all<S>(
     cases: u32,
     strategy: S,
@@ -73,7 +107,11 @@ where
     S: Strategy,
     S::Value: Debug,
 {
-    let mut runner = TestRunner::new(config(cases));
+    let factor = CASES_FACTOR.load(std::sync::atomic::Ordering::Relaxed);
+    let mut config = config(cases);
+    config.cases *= factor;
+    config.rng_seed = RngSeed::Fixed(seed());
+    let mut runner = TestRunner::new(config);
     runner.run(&strategy, |value| test(value).map_err(TestCaseError::fail)).map_err(|e| match e {
         TestError::Fail(reason, value) => {
             let reason = reason.to_string();

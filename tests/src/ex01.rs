@@ -6,7 +6,7 @@ use ndarray::Array4;
 use reference::{AttentionError, AttentionOptions, AttentionOutput};
 
 use crate::check::Check;
-use crate::forward::forward_checks;
+use crate::forward::{Contract, forward_checks};
 
 /// What a solution of exercise 01 provides. The hidden test binary implements it with the
 /// learner's `ex01::attention`; the self-check with `lesson01` and with planted-bug mutants.
@@ -23,7 +23,9 @@ pub trait Exercise01 {
 
 /// The graded checks of exercise 01.
 pub fn checks(solution: impl Exercise01 + 'static) -> Vec<Check> {
-    forward_checks(Rc::new(move |q: &_, k: &_, v: &_, o: &_| solution.attention(q, k, v, o)))
+    forward_checks(Contract::untiled(Rc::new(move |q: &_, k: &_, v: &_, o: &_| {
+        solution.attention(q, k, v, o)
+    })))
 }
 
 /// The lesson's implementation: the reference solution.

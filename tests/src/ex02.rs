@@ -4,13 +4,30 @@ use std::rc::Rc;
 
 use ndarray::Array4;
 use proptest::prelude::*;
+use reference::compare::Format;
 use reference::{AttentionError, AttentionOptions, AttentionOutput};
 
 use crate::check::{Check, for_all};
-use crate::forward::forward_checks;
+use crate::forward::{Contract, forward_checks};
 
 /// A softmax state `(m, l)`: the running maximum and the sum of `e^(x - m)`.
 pub type State = (f32, f32);
+
+// The names of this exercise's checks (the planted-bug mutants name the check meant to catch
+// them).
+/// Check name.
+pub const SAFE_SOFTMAX: &str = "safe softmax on ordinary, huge and masked scores";
+/// Check name.
+pub const SAFE_NEAR_1000: &str = "safe softmax does not overflow near 1000";
+/// Check name.
+pub const PUSH: &str = "push: the state (m, l) of a stream of scores";
+/// Check name.
+pub const MERGE: &str = "merge: two halves give the state of the whole";
+/// Check name.
+pub const MERGE_IDENTITY: &str =
+    "merge: the empty state is an identity, and merging is commutative";
+/// Check name.
+pub const ONLINE_SOFTMAX: &str = "online softmax equals the softmax";
 
 /// What a solution of exercise 02 provides (states are passed as `(max, sum)` pairs).
 pub trait Exercise02 {
@@ -55,12 +72,23 @@ fn state_f64(x: &[f32]) -> (f64, f64) {
     (max, sum)
 }
 
+/// The relative error an f32 sum `l` of `n` softmax terms may carry, with a safety factor of
+/// 2: each of the `n` pushes (or merges) rounds an `exp` (within 2 units of roundoff), a
+/// product and a sum, so `6 n` units bound it whatever the order, and a weight `e^(x - m) / l`
+/// adds an `exp` and a division. A bug (no rescale, no maximum) is off by far more.
+fn sum_error(n: usize) -> f64 {
+    2.0 * Format::F32.unit * (6.0 * n as f64 + 4.0)
+}
+
 fn softmax_close(what: &str, got: &[f32], x: &[f32]) -> Result<(), String> {
     if got.len() != x.len() {
         return Err(format!("{what} returned {} weights for {} inputs", got.len(), x.len()));
     }
     for (i, (&g, e)) in got.iter().zip(softmax_f64(x)).enumerate() {
-        let close = (f64::from(g) - e).abs() <= 1e-6 + 1e-5 * e; // false for NaN
+        // Relative to the weight, plus the rounding of x - m (a weight of e^-d is off by at
+        // most d u e^-d <= u / e absolutely).
+        let allowed = sum_error(x.len()) * e + 2.0 * Format::F32.unit;
+        let close = (f64::from(g) - e).abs() <= allowed; // false for NaN
         if !close {
             return Err(format!("{what}: weight {i} is {g}, expected {e}"));
         }
@@ -68,9 +96,14 @@ fn softmax_close(what: &str, got: &[f32], x: &[f32]) -> Result<(), String> {
     Ok(())
 }
 
-fn state_close(what: &str, (max, sum): State, expected: (f64, f64)) -> Result<(), String> {
+fn state_close(
+    what: &str,
+    (max, sum): State,
+    expected: (f64, f64),
+    n: usize,
+) -> Result<(), String> {
     let ok = f64::from(max) == expected.0
-        && (f64::from(sum) - expected.1).abs() <= 1e-5 * expected.1.max(1.0);
+        && (f64::from(sum) - expected.1).abs() <= sum_error(n) * expected.1.max(1.0);
     if ok {
         Ok(())
     } else {
@@ -86,14 +119,14 @@ pub fn checks(solution: impl Exercise02 + 'static) -> Vec<Check> {
     let mut checks = Vec::new();
     let x = s.clone();
     checks.push(Check::new(
-        "safe softmax on ordinary, huge and masked scores",
+        SAFE_SOFTMAX,
         "Subtract the maximum before exp. A row of only -inf has no maximum to subtract: give \
          all-zero weights instead of NaN.",
         move || for_all(128, scores(), |v| softmax_close("safe_softmax", &x.safe_softmax(&v), &v)),
     ));
     let x = s.clone();
     checks.push(Check::new(
-        "safe softmax does not overflow near 1000",
+        SAFE_NEAR_1000,
         "e^1000 is inf in f32; e^(1000 - 1000) is 1.",
         move || {
             let v = [1000.0, 999.0, 998.0];
@@ -102,31 +135,31 @@ pub fn checks(solution: impl Exercise02 + 'static) -> Vec<Check> {
     ));
     let x = s.clone();
     checks.push(Check::new(
-        "push: the state (m, l) of a stream of scores",
+        PUSH,
         "When x raises the maximum from m to m', the old l was summed against m: multiply it by \
          e^(m - m'). Before any finite score, m = -inf; avoid e^(-inf - -inf) = NaN.",
         move || {
             for_all(128, scores(), |v| {
                 let state = v.iter().fold(EMPTY, |st, &xi| x.push(st, xi));
-                state_close(&format!("state of {v:?}"), state, state_f64(&v))
+                state_close(&format!("state of {v:?}"), state, state_f64(&v), v.len())
             })
         },
     ));
     let x = s.clone();
     checks.push(Check::new(
-        "merge: two halves give the state of the whole",
+        MERGE,
         "Rescale BOTH sides to the common maximum m = max(m_a, m_b): l = l_a e^(m_a - m) + l_b e^(m_b - m).",
         move || {
             for_all(128, (scores(), scores()), |(a, b)| {
                 let state = |v: &[f32]| v.iter().fold(EMPTY, |st, &xi| x.push(st, xi));
                 let whole: Vec<f32> = a.iter().chain(&b).copied().collect();
-                state_close(&format!("merge of {a:?} and {b:?}"), x.merge(state(&a), state(&b)), state_f64(&whole))
+                state_close(&format!("merge of {a:?} and {b:?}"), x.merge(state(&a), state(&b)), state_f64(&whole), whole.len() + 2)
             })
         },
     ));
     let x = s.clone();
     checks.push(Check::new(
-        "merge: the empty state is an identity, and merging is commutative",
+        MERGE_IDENTITY,
         "merge((-inf, 0), (-inf, 0)) must be (-inf, 0), not NaN: return early when both maxima \
          are -inf. Write the formula symmetrically.",
         move || {
@@ -156,7 +189,7 @@ pub fn checks(solution: impl Exercise02 + 'static) -> Vec<Check> {
     ));
     let x = s.clone();
     checks.push(Check::new(
-        "online softmax equals the softmax",
+        ONLINE_SOFTMAX,
         "Pass 1 computes (m, l) with push; pass 2 divides e^(x - m) by l. A row of only -inf \
          gives zeros.",
         move || {
@@ -164,8 +197,9 @@ pub fn checks(solution: impl Exercise02 + 'static) -> Vec<Check> {
         },
     ));
     let x = s;
-    checks
-        .extend(forward_checks(Rc::new(move |q: &_, k: &_, v: &_, o: &_| x.attention(q, k, v, o))));
+    checks.extend(forward_checks(Contract::untiled(Rc::new(move |q: &_, k: &_, v: &_, o: &_| {
+        x.attention(q, k, v, o)
+    }))));
     checks
 }
 

@@ -1,14 +1,33 @@
 //! Exercise 03: tiled FlashAttention-2 forward with the logsumexp.
 
+use std::cell::Cell;
 use std::rc::Rc;
 
+use lesson03::{TileKind, TileSizes, classify_tile};
 use ndarray::Array4;
 use reference::checks::check_against_oracle;
-use reference::strategies::{cases, tile_size};
-use reference::{AttentionError, AttentionOptions, AttentionOutput, Tolerance, check_agreement, oracle};
+use reference::strategies::{Case, cases, tile_size};
+use reference::{
+    AttentionError, AttentionOptions, AttentionOutput, Problem, ProblemSpec, Tolerance,
+    check_agreement, oracle,
+};
 
 use crate::check::{Check, for_all};
-use crate::forward::{CASES, LIMITS, forward_checks};
+use crate::forward::{CASES, Contract, LIMITS, forward_checks};
+use crate::memory::{check_working_memory, working_bytes};
+
+// The names of this exercise's own checks (the planted-bug mutants name the check meant to
+// catch them).
+/// Check name.
+pub const ANY_TILES: &str = "any tile sizes: 1, sizes that do not divide N, sizes larger than N";
+/// Check name.
+pub const TILES_DO_NOT_MATTER: &str = "the output does not depend on the tile sizes";
+/// Check name.
+pub const ZERO_TILE: &str = "a tile size of 0 is an InvalidTileSize error";
+/// Check name.
+pub const CAUSAL_SKIP: &str = "causal: key tiles no row of the query tile sees are never computed";
+/// Check name.
+pub const MEMORY: &str = "working memory does not grow with N (one Br x Bc tile of scores)";
 
 /// What a solution of exercise 03 provides: the tiled forward with tiles of `query_rows` (Br)
 /// by `key_cols` (Bc), which returns `AttentionError::InvalidTileSize` for a zero tile size.
@@ -23,6 +42,29 @@ pub trait Exercise03 {
         query_rows: usize,
         key_cols: usize,
     ) -> Result<AttentionOutput<f32>, AttentionError>;
+
+    /// How many tiles of scores (`S = scale Q_t K_tᵀ`, one per (query tile, key tile) pair)
+    /// the code has computed so far, in all: the checks read it before and after a call. The
+    /// exercise's given `tile_scores` counts them.
+    fn tiles_computed(&self) -> usize;
+}
+
+/// How many (query tile, key tile) pairs of `spec` have a key some row of the query tile sees:
+/// the tiles a FlashAttention that skips the others computes.
+pub fn tiles_with_a_visible_key(spec: &ProblemSpec, tiles: (usize, usize)) -> usize {
+    let shape = spec.shape();
+    let ranges = |n: usize, size: usize| -> Vec<std::ops::Range<usize>> {
+        (0..n).step_by(size).map(|start| start..(start + size).min(n)).collect()
+    };
+    let (rows, keys) = (ranges(shape.q_len, tiles.0), ranges(shape.kv_len, tiles.1));
+    let per_head = rows
+        .iter()
+        .flat_map(|r| keys.iter().map(move |k| (r.clone(), k.clone())))
+        .filter(|(r, k)| {
+            classify_tile(&shape, spec.causal, r.clone(), k.clone()) != TileKind::Skipped
+        })
+        .count();
+    per_head * shape.batch * shape.heads
 }
 
 /// The graded checks of exercise 03.
@@ -30,12 +72,14 @@ pub fn checks(solution: impl Exercise03 + 'static) -> Vec<Check> {
     let s = Rc::new(solution);
     // The shared contract checks, with tiles of 7 x 5 (which divide few sequence lengths).
     let x = s.clone();
-    let mut checks =
-        forward_checks(Rc::new(move |q: &_, k: &_, v: &_, o: &_| x.attention(q, k, v, o, 7, 5)));
+    let mut checks = forward_checks(Contract::tiled((7, 5), move |br, bc| {
+        let x = x.clone();
+        Rc::new(move |q: &_, k: &_, v: &_, o: &_| x.attention(q, k, v, o, br, bc))
+    }));
 
     let x = s.clone();
     checks.push(Check::new(
-        "any tile sizes: 1, sizes that do not divide N, sizes larger than N",
+        ANY_TILES,
         "The last tile of each loop is shorter: clip with min(start + size, N). A tile larger \
          than N is one short tile.",
         move || {
@@ -43,13 +87,13 @@ pub fn checks(solution: impl Exercise03 + 'static) -> Vec<Check> {
             for_all(CASES, strategy, |(case, br, bc)| {
                 let tiled = |q: &_, k: &_, v: &_, o: &_| x.attention(q, k, v, o, br, bc);
                 check_against_oracle(&tiled, &case, Tolerance::F32)
-                    .map_err(|e| format!("tiles {br} x {bc}: {e}"))
+                    .map_err(|e| format!("tiles Br = {br}, Bc = {bc}: {e}"))
             })
         },
     ));
     let x = s.clone();
     checks.push(Check::new(
-        "the output does not depend on the tile sizes",
+        TILES_DO_NOT_MATTER,
         "If one tiling works and another does not, look at how m, l and acc carry over from one \
          key tile to the next: every earlier tile must be rescaled by e^(m_old - m_new).",
         move || {
@@ -65,13 +109,13 @@ pub fn checks(solution: impl Exercise03 + 'static) -> Vec<Check> {
                     oracle::expected(&p.q, &p.k, &p.v, &p.options).map_err(|e| e.to_string())?;
                 check_agreement(&a, &b, &expected, Tolerance::F32)
                     .map(|_| ())
-                    .map_err(|e| format!("tiles {br1}x{bc1} vs {br2}x{bc2}: {e}"))
+                    .map_err(|e| format!("tiles {br1} x {bc1} vs {br2} x {bc2}: {e}"))
             })
         },
     ));
-    let x = s;
+    let x = s.clone();
     checks.push(Check::new(
-        "a tile size of 0 is an InvalidTileSize error",
+        ZERO_TILE,
         "Validate the tile sizes (TileSizes::new) and return the error instead of looping forever \
          or panicking.",
         move || {
@@ -94,11 +138,68 @@ pub fn checks(solution: impl Exercise03 + 'static) -> Vec<Check> {
             Ok(())
         },
     ));
+    let x = s.clone();
+    checks.push(Check::new(
+        CAUSAL_SKIP,
+        "Compute every tile's scores with the given tile_scores, once per tile. Key tiles that \
+         start at or after shape.visible_keys(last row of the query tile, true) are seen by no \
+         row: skip them (and every later one) without computing them.",
+        move || {
+            let strategy = (cases(LIMITS), tile_size(64), tile_size(64));
+            for_all(CASES, strategy, |(case, br, bc)| check_tiles_computed(&*x, &case, br, bc))
+        },
+    ));
+    let x = s;
+    checks.push(Check::new(
+        MEMORY,
+        "Allocate one Br x Bc tile of scores (and Br rows of m, l and acc) per query tile, never \
+         the whole of S or a Br x Nkv row of it: that memory is what FlashAttention saves.",
+        move || {
+            check_working_memory("tiles Br = Bc = 16, B = H = 1, D = 16", |n| {
+                let p = Problem::random(&ProblemSpec::new(1, 1, n, n, 16), 1);
+                let run =
+                    || x.attention(&p.q, &p.k, &p.v, &p.options, 16, 16).map_err(|e| e.to_string());
+                working_bytes(run, AttentionOutput::bytes)
+            })
+        },
+    ));
     checks
 }
 
-/// The lesson's implementation: the reference solution.
-pub struct Lesson;
+/// The code computes exactly the tiles that have a visible key: all of them without the mask.
+fn check_tiles_computed(
+    x: &dyn Exercise03,
+    case: &Case,
+    br: usize,
+    bc: usize,
+) -> Result<(), String> {
+    let p = case.problem();
+    let before = x.tiles_computed();
+    x.attention(&p.q, &p.k, &p.v, &p.options, br, bc).map_err(|e| e.to_string())?;
+    let computed = x.tiles_computed() - before;
+    let needed = tiles_with_a_visible_key(&case.spec, (br, bc));
+    let (nq, nkv) = (case.spec.q_len, case.spec.kv_len);
+    let all = nq.div_ceil(br) * nkv.div_ceil(bc) * case.spec.batch * case.spec.heads;
+    if computed == needed {
+        Ok(())
+    } else if computed == 0 {
+        Err("computed no tile through tile_scores: compute every tile's scores with it, so \
+             the grader can see which tiles you compute"
+            .to_string())
+    } else {
+        Err(format!(
+            "tiles Br = {br}, Bc = {bc}: computed {computed} tiles of scores; {needed} of the \
+             {all} (query tile, key tile) pairs have a key that some row sees"
+        ))
+    }
+}
+
+/// The lesson's implementation: the reference solution, lesson 03. Its tiles are counted by
+/// lesson 04's FlashAttention-2, which is lesson 03's loop with every tile counted.
+#[derive(Default)]
+pub struct Lesson {
+    tiles: Cell<usize>,
+}
 
 impl Exercise03 for Lesson {
     fn attention(
@@ -110,6 +211,15 @@ impl Exercise03 for Lesson {
         query_rows: usize,
         key_cols: usize,
     ) -> Result<AttentionOutput<f32>, AttentionError> {
-        lesson03::attention(q, k, v, options, lesson03::TileSizes::new(query_rows, key_cols)?)
+        let tiles = TileSizes::new(query_rows, key_cols)?;
+        // Counted first: lesson 04's output is freed before lesson 03 allocates its own, so the
+        // memory check sees one output at a time.
+        let counted = lesson04::flash2::attention(q, k, v, options, tiles, usize::MAX)?.tiles;
+        self.tiles.set(self.tiles.get() + counted.full + counted.masked);
+        lesson03::attention(q, k, v, options, tiles)
+    }
+
+    fn tiles_computed(&self) -> usize {
+        self.tiles.get()
     }
 }

@@ -11,7 +11,18 @@ use proptest::prelude::*;
 use reference::{AttentionError, AttentionOptions, AttentionShape, Problem, ProblemSpec};
 
 use crate::check::{Check, for_all};
-use crate::forward::forward_checks;
+use crate::forward::{Contract, forward_checks};
+
+// The names of this exercise's checks (the planted-bug mutants name the check meant to catch
+// them).
+/// Check name.
+pub const CLASSIFY: &str = "tile classification agrees with the mask, element by element";
+/// Check name.
+pub const BYTES_MOVED: &str = "bytes moved: the FlashAttention-1 closed form";
+/// Check name.
+pub const CAUSAL_TILES: &str = "causal: tiles counted, and skipped tiles never loaded";
+/// Check name.
+pub const TILES_DO_NOT_FIT: &str = "tiles that do not fit in fast memory are a TilesDoNotFit error";
 
 /// What a solution of exercise 04 provides.
 pub trait Exercise04 {
@@ -51,7 +62,7 @@ pub fn checks(solution: impl Exercise04 + 'static) -> Vec<Check> {
     let mut checks = Vec::new();
     let x = s.clone();
     checks.push(Check::new(
-        "tile classification agrees with the mask, element by element",
+        CLASSIFY,
         "A tile is Skipped iff its LAST row sees none of its keys, Masked iff some row (its first \
          row sees the fewest) misses some key, Full otherwise. Visible keys of row i: \
          0..shape.visible_keys(i, true).",
@@ -85,12 +96,15 @@ pub fn checks(solution: impl Exercise04 + 'static) -> Vec<Check> {
         },
     ));
     let x = s.clone();
-    checks.extend(forward_checks(Rc::new(move |q: &_, k: &_, v: &_, o: &_| {
-        x.attention(q, k, v, o, 7, 5, AMPLE).map(|r| r.output)
+    checks.extend(forward_checks(Contract::tiled((7, 5), move |br, bc| {
+        let x = x.clone();
+        Rc::new(move |q: &_, k: &_, v: &_, o: &_| {
+            x.attention(q, k, v, o, br, bc, AMPLE).map(|r| r.output)
+        })
     })));
     let x = s.clone();
     checks.push(Check::new(
-        "bytes moved: the FlashAttention-1 closed form",
+        BYTES_MOVED,
         "Per head: load K and V tiles once each; per (K/V tile, Q tile) pair load Q_i, O_i, m_i, l_i \
          and store O_i, m_i, l_i; at the end load m and l once more and store L. Move data only \
          through mem.load and mem.store.",
@@ -115,7 +129,7 @@ pub fn checks(solution: impl Exercise04 + 'static) -> Vec<Check> {
     ));
     let x = s.clone();
     checks.push(Check::new(
-        "causal: tiles counted, and skipped tiles never loaded",
+        CAUSAL_TILES,
         "Count every (K/V tile, Q tile) pair with TileCounts::add(kind). For a Skipped pair do not \
          load Q_i, O_i, m_i or l_i at all.",
         move || {
@@ -150,7 +164,7 @@ pub fn checks(solution: impl Exercise04 + 'static) -> Vec<Check> {
     ));
     let x = s;
     checks.push(Check::new(
-        "tiles that do not fit in fast memory are a TilesDoNotFit error",
+        TILES_DO_NOT_FIT,
         "Reserve the working set first: mem.reserve(working_set_bytes(tiles, d))?.",
         move || {
             let z = Array4::<f32>::zeros((1, 1, 8, 4));

@@ -4,12 +4,37 @@ use std::rc::Rc;
 
 use ndarray::Array4;
 use proptest::prelude::*;
-use reference::checks::check_backward_against_oracle;
+use reference::checks::{check_backward_against_oracle, oracle_forward_in_f32};
 use reference::strategies::{Case, cases, tile_size};
-use reference::{AttentionError, AttentionOptions, AttentionOutput, Gradients, Tolerance};
+use reference::{
+    AttentionError, AttentionOptions, AttentionOutput, Gradients, Problem, ProblemSpec, Tolerance,
+};
 
 use crate::check::{Check, for_all};
 use crate::forward::{CASES, LIMITS};
+use crate::memory::{check_working_memory, working_bytes};
+
+// The names of this exercise's checks (the planted-bug mutants name the check meant to catch
+// them).
+/// Check name.
+pub const ONE_KEY: &str = "one key: dV collects dO, dQ and dK are zero";
+/// Check name.
+pub const ANY_TILES: &str = "any tile sizes: 1, sizes that do not divide N, sizes larger than N";
+/// Check name.
+pub const BAD_SHAPES: &str = "bad shapes of dO, O and L are errors";
+/// Check name.
+pub const RANDOM: &str = "gradients on random problems without a mask";
+/// Check name.
+pub const CAUSAL_SQUARE: &str = "gradients with a causal mask, Nq = Nkv";
+/// Check name.
+pub const CAUSAL_RECTANGULAR: &str =
+    "gradients with a causal mask, Nq != Nkv (rows that see no key)";
+/// Check name.
+pub const LARGE_LOGITS: &str = "gradients with large logits (inputs x100)";
+/// Check name.
+pub const MEMORY: &str = "working memory grows with N, never with N x N";
+/// Check name.
+pub const BAD_VALUES: &str = "NaN in dO or O, and an L that disagrees with the mask, are errors";
 
 /// What a solution of exercise 05 provides: the tiled backward pass with tiles `Br x Bc`.
 pub trait Exercise05 {
@@ -48,13 +73,14 @@ pub fn checks(solution: impl Exercise05 + 'static) -> Vec<Check> {
                 let backward = tiled(s.clone(), 7, 5);
                 for_all(CASES, cases_with(tweak), |case| {
                     check_backward_against_oracle(&backward, &case, Tolerance::F32)
+                        .map_err(|e| format!("with tiles Br = 7, Bc = 5: {e}"))
                 })
             })
         };
     let mut checks = Vec::new();
     let x = s.clone();
     checks.push(Check::new(
-        "one key: dV collects dO, dQ and dK are zero",
+        ONE_KEY,
         "With one key P = 1, so dV = sum_i dO_i, and dS = P (dP - D) = 0 since D_i = dO_i . O_i = dP_i.",
         move || {
             let q = Array4::from_shape_vec((1, 1, 2, 2), vec![1.0, 0.0, 0.0, 1.0]).map_err(|e| e.to_string())?;
@@ -78,14 +104,14 @@ pub fn checks(solution: impl Exercise05 + 'static) -> Vec<Check> {
     ));
     checks.push(oracle_check(
         s.clone(),
-        "gradients on random problems without a mask",
+        RANDOM,
         "Recompute P = e^(S - L) with S = scale Q Kᵀ. dV += Pᵀ dO; dP = dO Vᵀ; dS = P ∘ (dP - D) \
          with D_i = dO_i . O_i; dQ += scale dS K; dK += scale dSᵀ Q.",
         |c| c.spec = c.spec.causal(false).logit_scale(1.0),
     ));
     checks.push(oracle_check(
         s.clone(),
-        "gradients with a causal mask, Nq = Nkv",
+        CAUSAL_SQUARE,
         "Mask S with -inf before recomputing P (masked entries get P = 0 and no gradient), and \
          skip key tiles no row of the query tile can see.",
         |c| {
@@ -95,7 +121,7 @@ pub fn checks(solution: impl Exercise05 + 'static) -> Vec<Check> {
     ));
     checks.push(oracle_check(
         s.clone(),
-        "gradients with a causal mask, Nq != Nkv (rows that see no key)",
+        CAUSAL_RECTANGULAR,
         "A row that sees no key has L = -inf: give it P = 0 (e^(-inf - -inf) is NaN).",
         |c| {
             c.spec = c.spec.causal(true);
@@ -106,13 +132,13 @@ pub fn checks(solution: impl Exercise05 + 'static) -> Vec<Check> {
     ));
     checks.push(oracle_check(
         s.clone(),
-        "gradients with large logits (inputs x100)",
+        LARGE_LOGITS,
         "Use the saved L, not a fresh maximum: P = e^(S - L) is at most 1 and never overflows.",
         |c| c.spec = c.spec.logit_scale(100.0),
     ));
     let x = s.clone();
     checks.push(Check::new(
-        "any tile sizes: 1, sizes that do not divide N, sizes larger than N",
+        ANY_TILES,
         "dK_j and dV_j ACCUMULATE over every query tile (+=, beta = 1 in general_mat_mul); the last \
          tile of each loop is shorter.",
         move || {
@@ -122,9 +148,66 @@ pub fn checks(solution: impl Exercise05 + 'static) -> Vec<Check> {
             })
         },
     ));
+    let x = s.clone();
+    checks.push(Check::new(
+        MEMORY,
+        "Keep two Br x Bc tiles (P, then dP and dS) and the N numbers of D, never an N x N matrix \
+         or a Br x N slab of one: recompute P = e^(S - L) tile by tile.",
+        move || {
+            check_working_memory("tiles Br = Bc = 16, B = H = 1, D = 16", |n| {
+                let p = Problem::random(&ProblemSpec::new(1, 1, n, n, 16), 1);
+                let d_o = Problem::random(&ProblemSpec::new(1, 1, n, n, 16), 2).q;
+                let forward = oracle_forward_in_f32(&p)?;
+                let run = || {
+                    x.backward(&p.q, &p.k, &p.v, &p.options, &forward, &d_o, 16, 16)
+                        .map_err(|e| e.to_string())
+                };
+                let gradient_bytes =
+                    |g: &Gradients<f32>| (g.dq.len() + g.dk.len() + g.dv.len()) * size_of::<f32>();
+                working_bytes(run, gradient_bytes)
+            })
+        },
+    ));
+    let x = s.clone();
+    checks.push(Check::new(
+        BAD_VALUES,
+        "Check the values too: check_finite(\"dO\", d_o)?, check_finite(\"O\", &forward.o)? and \
+         check_logsumexp(&forward.lse, &shape, causal)?. An L of -inf for a row that sees keys \
+         would silently give it zero gradients.",
+        move || {
+            let p = Problem::random(&ProblemSpec::new(1, 2, 3, 2, 4).causal(true), 9);
+            let forward = oracle_forward_in_f32(&p)?;
+            let d_o = Array4::<f32>::ones((1, 2, 3, 4));
+            let mut all_empty = forward.clone();
+            all_empty.lse.fill(f32::NEG_INFINITY);
+            let mut nan_o = forward.clone();
+            nan_o.o[[0, 1, 2, 3]] = f32::NAN;
+            let mut inf_d_o = d_o.clone();
+            inf_d_o[[0, 0, 1, 0]] = f32::INFINITY;
+            let cases = [
+                ("L = -inf in every row", &all_empty, &d_o),
+                ("a NaN in O", &nan_o, &d_o),
+                ("+inf in dO", &forward, &inf_d_o),
+            ];
+            for (what, fwd, d_o) in cases {
+                match x.backward(&p.q, &p.k, &p.v, &p.options, fwd, d_o, 2, 2) {
+                    Err(
+                        AttentionError::InvalidLogsumexp { .. } | AttentionError::NonFinite { .. },
+                    ) => {}
+                    Err(e) => {
+                        return Err(format!(
+                            "{what}: expected an InvalidLogsumexp or NonFinite error, got `{e}`"
+                        ));
+                    }
+                    Ok(_) => return Err(format!("{what}: expected an error, got gradients")),
+                }
+            }
+            Ok(())
+        },
+    ));
     let x = s;
     checks.push(Check::new(
-        "bad shapes of dO, O and L are errors",
+        BAD_SHAPES,
         "Check dO and O against Q's shape and L against [B, H, Nq] (check_same_shape, \
          check_lse_shape) before any work.",
         move || {

@@ -7,12 +7,31 @@ use lesson06::policy::Tensor;
 use lesson06::{Element, Output, round_to, widen};
 use ndarray::{Array3, Array4};
 use proptest::prelude::*;
-use reference::checks::check_rejects_bad_inputs;
+use reference::checks::{check_rejects_bad_inputs, check_rejects_non_finite_inputs};
 use reference::strategies::{Case, cases};
-use reference::{AttentionError, AttentionOptions, AttentionOutput, Tolerance, check_output, oracle};
+use reference::{
+    AttentionError, AttentionOptions, AttentionOutput, Tolerance, check_output, oracle,
+};
 
 use crate::check::{Check, for_all};
 use crate::forward::{CASES, LIMITS};
+
+// The names of this exercise's checks (the planted-bug mutants name the check meant to catch
+// them).
+/// Check name.
+pub const F16: &str = "f16: O within f16 rounding of the oracle, L as accurate as f32";
+/// Check name.
+pub const BF16: &str = "bf16: O within bf16 rounding of the oracle, L as accurate as f32";
+/// Check name.
+pub const LARGE_LOGITS: &str = "large logits (inputs x100) stay finite";
+/// Check name.
+pub const LONG_ROW: &str = "a row of 4096 equal scores: the softmax sum stays f32";
+/// Check name.
+pub const BAD_SHAPES: &str = "bad shapes, NaN and infinities are rejected with the right error";
+/// Check name.
+pub const MIXED_FORMATS: &str = "mixed formats are a MixedDtypes error, never a silent conversion";
+/// Check name.
+pub const EACH_FORMAT: &str = "each format runs in that format";
 
 /// What a solution of exercise 06 provides.
 pub trait Exercise06 {
@@ -71,7 +90,7 @@ pub fn checks(solution: impl Exercise06 + 'static) -> Vec<Check> {
     let mut checks = Vec::new();
     let x = s.clone();
     checks.push(Check::new(
-        "f16: O within f16 rounding of the oracle, L as accurate as f32",
+        F16,
         "Widen every loaded value to f32 and compute S, m, l and the accumulator in f32; round \
          only the final O to f16. Return L in f32.",
         move || {
@@ -88,7 +107,7 @@ pub fn checks(solution: impl Exercise06 + 'static) -> Vec<Check> {
     ));
     let x = s.clone();
     checks.push(Check::new(
-        "bf16: O within bf16 rounding of the oracle, L as accurate as f32",
+        BF16,
         "The same code as for f16, generic over the storage format (the Element trait).",
         move || {
             for_all(CASES, cases(LIMITS), |case| {
@@ -100,7 +119,7 @@ pub fn checks(solution: impl Exercise06 + 'static) -> Vec<Check> {
     ));
     let x = s.clone();
     checks.push(Check::new(
-        "large logits (inputs x100) stay finite",
+        LARGE_LOGITS,
         "Subtract the running maximum before exp, and rescale when it grows: e^x overflows f32 \
          above 88.7 and f16 above 11.09.",
         move || {
@@ -118,7 +137,7 @@ pub fn checks(solution: impl Exercise06 + 'static) -> Vec<Check> {
     ));
     let x = s.clone();
     checks.push(Check::new(
-        "a row of 4096 equal scores: the softmax sum stays f32",
+        LONG_ROW,
         "A running sum kept in f16 stops growing at 2048 (2048 + 1 rounds to 2048): keep l, and \
          the accumulator, in f32.",
         move || {
@@ -143,19 +162,22 @@ pub fn checks(solution: impl Exercise06 + 'static) -> Vec<Check> {
     ));
     let x = s.clone();
     checks.push(Check::new(
-        "bad shapes are rejected with the right error",
-        "Validate with AttentionShape::of(q, k, v)? and options.scale_for(D)? first: shapes do \
-         not depend on the storage format.",
+        BAD_SHAPES,
+        "Validate with check_inputs(q, k, v, options)? first (it works on any T): shapes do not \
+         depend on the storage format, and an f16 infinity (an overflow where the tensor was \
+         made) is bad data, not a number to compute with.",
         move || {
-            check_rejects_bad_inputs(&|q: &_, k: &_, v: &_, o: &_| {
+            let f16_path = |q: &_, k: &_, v: &_, o: &_| {
                 x.attention_f16(&round_to(q), &round_to(k), &round_to(v), o)
                     .map(|out| reference::AttentionOutput { o: widen(&out.o), lse: out.lse })
-            })
+            };
+            check_rejects_bad_inputs(&f16_path)?;
+            check_rejects_non_finite_inputs(&f16_path)
         },
     ));
     let x = s.clone();
     checks.push(Check::new(
-        "mixed formats are a MixedDtypes error, never a silent conversion",
+        MIXED_FORMATS,
         "Match on (q, k, v): all F32, all F16 or all BF16 run; anything else returns \
          AttentionError::MixedDtypes with the three format names.",
         move || {
@@ -172,10 +194,13 @@ pub fn checks(solution: impl Exercise06 + 'static) -> Vec<Check> {
     ));
     let x = s;
     checks.push(Check::new(
-        "each format runs in that format",
+        EACH_FORMAT,
         "Tensor::F16 inputs give a Tensor::F16 output equal to attention_f16's, and so on.",
         move || {
-            let p = reference::Problem::random(&reference::ProblemSpec::new(1, 2, 9, 11, 8).causal(true), 3);
+            let p = reference::Problem::random(
+                &reference::ProblemSpec::new(1, 2, 9, 11, 8).causal(true),
+                3,
+            );
             let t16 = |a: &Array4<f32>| Tensor::F16(round_to(a));
             let (o, lse) = x
                 .dispatch(&t16(&p.q), &t16(&p.k), &t16(&p.v), &p.options)

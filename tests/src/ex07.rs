@@ -10,7 +10,20 @@ use reference::strategies::{ShapeLimits, cases, tile_size};
 use reference::{AttentionError, AttentionOptions, AttentionOutput, Tolerance};
 
 use crate::check::{Check, for_all};
-use crate::forward::{CASES, LIMITS, forward_checks};
+use crate::forward::{CASES, Contract, LIMITS, forward_checks};
+
+// The names of this exercise's checks (the planted-bug mutants name the check meant to catch
+// them).
+/// Check name.
+pub const EXP2_ACCURACY: &str = "exp2 within 2e-7 of the exact value on [-126, 0]";
+/// Check name.
+pub const EXP2_EXACT: &str = "exp2 is exactly 1 at 0, 1/2 at -1, and 0 for -200 and -inf";
+/// Check name.
+pub const ANY_TILES: &str = "any tile sizes: 1, sizes that do not divide N, sizes larger than N";
+/// Check name.
+pub const THREADS: &str = "one thread or four: the same bits";
+/// Check name.
+pub const BASE_TWO: &str = "base 2: two keys weighted 1/4 and 3/4, L back in natural log";
 
 /// What a solution of exercise 07 provides.
 pub trait Exercise07 {
@@ -34,7 +47,7 @@ pub fn checks(solution: impl Exercise07 + Send + Sync + 'static) -> Vec<Check> {
     let mut checks = Vec::new();
     let x = s.clone();
     checks.push(Check::new(
-        "exp2 within 2e-7 of the exact value on [-126, 0]",
+        EXP2_ACCURACY,
         "Split x = n + f with n = round(x), so |f| <= 1/2, and use a degree-7 polynomial for 2^f; \
          with n = floor(x), f reaches 1 and the same polynomial is 8 times less accurate.",
         move || {
@@ -57,7 +70,7 @@ pub fn checks(solution: impl Exercise07 + Send + Sync + 'static) -> Vec<Check> {
     ));
     let x = s.clone();
     checks.push(Check::new(
-        "exp2 is exactly 1 at 0, 1/2 at -1, and 0 for -200 and -inf",
+        EXP2_EXACT,
         "Clamp x to -127 first: 2^n is then built from exponent bits n + 127 = 0, which is +0.0. \
          Without the clamp, n + 127 goes negative and the bits are garbage.",
         move || {
@@ -72,12 +85,40 @@ pub fn checks(solution: impl Exercise07 + Send + Sync + 'static) -> Vec<Check> {
         },
     ));
     let x = s.clone();
-    checks.extend(forward_checks(Rc::new(move |q: &_, k: &_, v: &_, o: &_| {
-        x.attention(q, k, v, o, 7, 5)
+    checks.push(Check::new(
+        BASE_TWO,
+        "e^(s - m) = 2^((s - m) log2 e): multiply the scores by scale * log2(e) once, so that \
+         exp2 of their differences gives the natural weights; at the end L = ln(2) * (m + \
+         log2(l)), since m and log2(l) are in base 2.",
+        move || {
+            // Scores 0 and ln 3 (D = 4, scale 1/2): weights 1/4 and 3/4, O = 7, L = ln 4.
+            let head = |rows: Vec<f32>, n| Array4::from_shape_vec((1, 1, n, 4), rows);
+            let q = head(vec![1.0, 0.0, 0.0, 0.0], 1).map_err(|e| e.to_string())?;
+            let k = head(vec![0.0, 0.0, 0.0, 0.0, 2.0 * 3f32.ln(), 0.0, 0.0, 0.0], 2)
+                .map_err(|e| e.to_string())?;
+            let v =
+                head(vec![4.0, 0.0, 0.0, 0.0, 8.0, 0.0, 0.0, 0.0], 2).map_err(|e| e.to_string())?;
+            let out = x
+                .attention(&q, &k, &v, &AttentionOptions::new(), 1, 2)
+                .map_err(|e| e.to_string())?;
+            let (o, l) = (out.o[[0, 0, 0, 0]], out.lse[[0, 0, 0]]);
+            if (o - 7.0).abs() > 1e-5 * 7.0 || (l - 4f32.ln()).abs() > 1e-5 {
+                return Err(format!(
+                    "O = {o}, L = {l}; expected O = 7 (weights 1/4, 3/4), L = ln 4 = {}",
+                    4f32.ln()
+                ));
+            }
+            Ok(())
+        },
+    ));
+    let x = s.clone();
+    checks.extend(forward_checks(Contract::tiled((7, 5), move |br, bc| {
+        let x = x.clone();
+        Rc::new(move |q: &_, k: &_, v: &_, o: &_| x.attention(q, k, v, o, br, bc))
     })));
     let x = s.clone();
     checks.push(Check::new(
-        "any tile sizes: 1, sizes that do not divide N, sizes larger than N",
+        ANY_TILES,
         "Cut each head's rows into tiles of Br, the last one shorter (split_at), so that every row \
          belongs to exactly one task.",
         move || {
@@ -94,7 +135,7 @@ pub fn checks(solution: impl Exercise07 + Send + Sync + 'static) -> Vec<Check> {
     ));
     let x = s;
     checks.push(Check::new(
-        "one thread or four: the same bits",
+        THREADS,
         "Give every (batch, head, query tile) its own task that computes its rows alone, in a fixed \
          order; never combine partial results in the order threads finish.",
         move || {

@@ -3,10 +3,10 @@
 use std::rc::Rc;
 
 use ndarray::Array4;
-use reference::{AttentionError, AttentionOptions, AttentionOutput, Tolerance};
+use reference::{AttentionError, AttentionOptions, AttentionOutput};
 
 use crate::check::Check;
-use crate::forward::forward_checks_within;
+use crate::forward::{Contract, forward_checks};
 
 /// What a solution of exercise 08 provides: naive attention computed by its WGSL kernels, on
 /// the shared GPU.
@@ -25,10 +25,9 @@ pub trait Exercise08 {
 /// f32 tolerance.
 pub fn checks(solution: impl Exercise08 + 'static) -> Vec<Check> {
     let s = Rc::new(solution);
-    forward_checks_within(
-        Rc::new(move |q: &_, k: &_, v: &_, o: &_| s.attention(q, k, v, o)),
-        Tolerance::F32,
-    )
+    forward_checks(Contract::untiled(Rc::new(move |q: &_, k: &_, v: &_, o: &_| {
+        s.attention(q, k, v, o)
+    })))
 }
 
 /// Naive attention with the WGSL source `shader` in place of lesson 08's: the lesson itself

@@ -12,16 +12,33 @@ use reference::{
 };
 
 use crate::check::{Check, for_all};
-use crate::forward::{LIMITS, forward_checks_within};
+use crate::forward::{Contract, LIMITS, forward_checks};
 
 /// Random cases per GPU check: every new head dim or tile size compiles a pipeline (a fraction
 /// of a second on lavapipe), so fewer than the CPU exercises' 48.
 const GPU_CASES: u32 = 24;
 
-/// What a solution of exercise 09 provides: FlashAttention computed by its WGSL kernel with
-/// `query_rows` (Br) threads per workgroup and tiles of `key_cols` (Bc) keys.
+// The names of this exercise's own checks (the planted-bug mutants name the check meant to
+// catch them).
+/// Check name.
+pub const BARRIERS: &str = "every barrier is reached by every thread of the workgroup";
+/// Check name.
+pub const ANY_TILES: &str = "any tile sizes: 1, sizes that do not divide N, many threads";
+/// Check name.
+pub const TAILS: &str =
+    "tail tiles and causal offsets: Nq, Nkv one past a tile, Nq > Nkv, Nq < Nkv";
+/// Check name.
+pub const TILES_DO_NOT_MATTER: &str = "the output does not depend on the tile sizes";
+/// Check name.
+pub const CAUSAL_SKIP: &str = "causal: tiles of keys no row of the workgroup sees are never loaded";
+
+/// What a solution of exercise 09 provides: its WGSL kernel, which lesson 09's host code runs
+/// with `query_rows` (Br) threads per workgroup and tiles of `key_cols` (Bc) keys.
 pub trait Exercise09 {
-    /// Tiled attention following the course contract.
+    /// The kernel's WGSL source.
+    fn source(&self) -> String;
+
+    /// FlashAttention with this kernel on the shared GPU.
     fn attention(
         &self,
         q: &Array4<f32>,
@@ -30,7 +47,12 @@ pub trait Exercise09 {
         options: &AttentionOptions,
         query_rows: usize,
         key_cols: usize,
-    ) -> Result<AttentionOutput<f32>, AttentionError>;
+    ) -> Result<AttentionOutput<f32>, AttentionError> {
+        let gpu = gpu::Gpu::shared()?;
+        let tiles = lesson09::TileSizes::new(query_rows, key_cols)?;
+        let source = self.source();
+        lesson09::attention_with_shader(&gpu.device, &gpu.queue, &source, q, k, v, options, tiles)
+    }
 }
 
 /// Tiles that the kernel accepts for `case` on the shared GPU (Bc shrunk to fit workgroup
@@ -51,22 +73,16 @@ pub fn checks(solution: impl Exercise09 + 'static) -> Vec<Check> {
     let s = Rc::new(solution);
     let x = s.clone();
     let mut checks = vec![Check::new(
-        "any tile sizes: 1, sizes that do not divide N, many threads",
-        "Every thread must reach both barriers in every iteration: the loop bound must be the \
-         same for the whole workgroup (use the tile's last row), and rows past Nq still load \
-         their share. The last tile of keys is shorter: load min(BLOCK_KV, Nkv - kv_start).",
-        move || {
-            for_all(GPU_CASES, (cases(LIMITS), tile_sizes()), |(case, (br, bc))| {
-                let (br, bc) = fitting(&case, br, bc)?;
-                let tiled = |q: &_, k: &_, v: &_, o: &_| x.attention(q, k, v, o, br, bc);
-                check_against_oracle(&tiled, &case, Tolerance::F32)
-                    .map_err(|e| format!("tiles {br} x {bc}: {e}"))
-            })
-        },
+        BARRIERS,
+        "A barrier under `if row_valid` (or after an early return, or in a loop whose bound \
+         differs between threads) is skipped by some threads: the workgroup may hang or race. \
+         Bound the tile loop by the workgroup's LAST row, the same for every thread, and keep \
+         both barriers directly in its body.",
+        move || gpu::uniformity::check_barriers(&x.source()),
     )];
     let x = s.clone();
     checks.push(Check::new(
-        "tail tiles and causal offsets: Nq, Nkv one past a tile, Nq > Nkv, Nq < Nkv",
+        TAILS,
         "Keys past the last whole tile must still be used; with Nq > Nkv the first rows see no \
          key (O = 0, L = -inf); row i sees keys j <= i + Nkv - Nq.",
         move || {
@@ -78,7 +94,7 @@ pub fn checks(solution: impl Exercise09 + 'static) -> Vec<Check> {
                     };
                     let tiled = |q: &_, k: &_, v: &_, o: &_| x.attention(q, k, v, o, 16, 8);
                     check_against_oracle(&tiled, &case, Tolerance::F32)
-                        .map_err(|e| format!("{case:?}, tiles 16 x 8: {e}"))?;
+                        .map_err(|e| format!("{case:?}, tiles Br = 16, Bc = 8: {e}"))?;
                 }
             }
             Ok(())
@@ -86,7 +102,7 @@ pub fn checks(solution: impl Exercise09 + 'static) -> Vec<Check> {
     ));
     let x = s.clone();
     checks.push(Check::new(
-        "the output does not depend on the tile sizes",
+        TILES_DO_NOT_MATTER,
         "If one tiling works and another does not, look at how m, l and acc carry over from one \
          tile of keys to the next: acc and l must be rescaled by exp(m_old - m_new).",
         move || {
@@ -105,33 +121,80 @@ pub fn checks(solution: impl Exercise09 + 'static) -> Vec<Check> {
             })
         },
     ));
+    let x = s.clone();
+    checks.push(Check::new(
+        CAUSAL_SKIP,
+        "Load every tile with load_tile, and stop the tile loop at the last key the workgroup's \
+         LAST row sees: visible_keys(min(q_start + BLOCK_Q, Nq) - 1). Loading every tile and \
+         masking gives the right answer but does the work FlashAttention skips.",
+        move || {
+            let causal = cases(LIMITS).prop_map(|mut c| {
+                c.spec = c.spec.causal(true);
+                c
+            });
+            for_all(GPU_CASES, (causal, tile_sizes()), |(case, (br, bc))| {
+                let (br, bc) = fitting(&case, br, bc)?;
+                check_tiles_loaded(&x.source(), &case, br, bc)
+            })
+        },
+    ));
     // The contract of every forward stage, with 40 threads (several subgroups on any GPU, and
     // not a multiple of 32) and tiles of 8 keys.
+    let x = s.clone();
+    checks.extend(forward_checks(Contract::tiled((40, 8), move |br, bc| {
+        let x = x.clone();
+        Rc::new(move |q: &_, k: &_, v: &_, o: &_| x.attention(q, k, v, o, br, bc))
+    })));
     let x = s;
-    checks.extend(forward_checks_within(
-        Rc::new(move |q: &_, k: &_, v: &_, o: &_| x.attention(q, k, v, o, 40, 8)),
-        Tolerance::F32,
+    checks.push(Check::new(
+        ANY_TILES,
+        "Every thread must reach both barriers in every iteration: the loop bound must be the \
+         same for the whole workgroup (use the tile's last row), and rows past Nq still load \
+         their share. The last tile of keys is shorter: load min(BLOCK_KV, Nkv - kv_start).",
+        move || {
+            for_all(GPU_CASES, (cases(LIMITS), tile_sizes()), |(case, (br, bc))| {
+                let (br, bc) = fitting(&case, br, bc)?;
+                let tiled = |q: &_, k: &_, v: &_, o: &_| x.attention(q, k, v, o, br, bc);
+                check_against_oracle(&tiled, &case, Tolerance::F32)
+                    .map_err(|e| format!("tiles Br = {br}, Bc = {bc}: {e}"))
+            })
+        },
     ));
     checks
 }
 
-/// FlashAttention with the WGSL source `shader` in place of lesson 09's: the lesson itself (the
-/// reference solution) with [`lesson09::SHADER`], a mutant with a changed copy.
+/// Each workgroup of `source` loads exactly the tiles of keys its last row sees.
+fn check_tiles_loaded(source: &str, case: &Case, br: usize, bc: usize) -> Result<(), String> {
+    let gpu = gpu::Gpu::shared().map_err(|e| e.to_string())?;
+    let p = case.problem();
+    let tiles = lesson09::TileSizes::new(br, bc).map_err(|e| e.to_string())?;
+    let (d, q) = (&gpu.device, &gpu.queue);
+    let (_, loaded) =
+        lesson09::tiles_loaded_with_shader(d, q, source, &p.q, &p.k, &p.v, &p.options, tiles)
+            .map_err(|e| e.to_string())?;
+    let shape = case.spec.shape();
+    for ((slice, query_tile), &count) in loaded.indexed_iter() {
+        let last_row = ((query_tile + 1) * br).min(shape.q_len) - 1;
+        let needed = shape.visible_keys(last_row, case.spec.causal).div_ceil(bc);
+        if count as usize != needed {
+            return Err(format!(
+                "tiles Br = {br}, Bc = {bc}: the workgroup of slice {slice}, query tile \
+                 {query_tile} loaded {count} tiles of keys; its last row (row {last_row}) sees \
+                 {} keys, {needed} tiles",
+                shape.visible_keys(last_row, case.spec.causal)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// FlashAttention with the WGSL source `shader`: the lesson itself (the reference solution)
+/// with [`lesson09::SHADER`], a mutant with a changed copy.
 pub struct Shader(pub String);
 
 impl Exercise09 for Shader {
-    fn attention(
-        &self,
-        q: &Array4<f32>,
-        k: &Array4<f32>,
-        v: &Array4<f32>,
-        options: &AttentionOptions,
-        query_rows: usize,
-        key_cols: usize,
-    ) -> Result<AttentionOutput<f32>, AttentionError> {
-        let gpu = gpu::Gpu::shared()?;
-        let tiles = lesson09::TileSizes::new(query_rows, key_cols)?;
-        lesson09::attention_with_shader(&gpu.device, &gpu.queue, &self.0, q, k, v, options, tiles)
+    fn source(&self) -> String {
+        self.0.clone()
     }
 }
 

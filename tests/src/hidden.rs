@@ -55,15 +55,33 @@ impl fmt::Display for Status {
 pub fn run(exercise: &str, title: &str, checks: Vec<Check>) -> ExitCode {
     quiet_panics();
     println!("{exercise}: {title}");
-    let mut outcomes = Vec::new();
-    for check in &checks {
+    let mut outcomes: Vec<Outcome> = Vec::new();
+    for (i, check) in checks.iter().enumerate() {
         let outcome = check.run();
-        print!("{}", report_line(check, &outcome));
+        // The same failure again (a shader that does not compile fails every check the same
+        // way): name the first check that showed it instead of repeating it.
+        let earlier = checks.iter().zip(&outcomes).take(i).find(
+            |(_, o)| matches!((o, &outcome), (Outcome::Failed(a), Outcome::Failed(b)) if a == b),
+        );
+        match earlier {
+            Some((first, _)) => {
+                println!("  FAIL  {} (the same failure as `{}`)", check.name, first.name)
+            }
+            None => print!("{}", report_line(check, &outcome)),
+        }
         outcomes.push(outcome);
     }
     let status = Status::of(&outcomes);
     let passed = outcomes.iter().filter(|o| **o == Outcome::Passed).count();
     println!("\n{exercise}: {status} ({passed} of {} checks pass)", checks.len());
+    if status == Status::Failing {
+        println!(
+            "the random cases came from seed {}: `PROPTEST_RNG_SEED={} cargo grade {exercise}` \
+             draws the same ones again",
+            crate::check::seed(),
+            crate::check::seed()
+        );
+    }
     println!("GRADE {exercise} {} {passed}/{}", status.word(), checks.len());
     if status == Status::Done { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }

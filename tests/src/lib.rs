@@ -10,6 +10,7 @@
 //! * [`mutants`]: planted-bug implementations of each trait of exercises 01 to 07;
 //!   [`wgsl_mutants`]: planted bugs in the lessons' WGSL kernels (exercises 08 and 09).
 //! * [`hidden`]: the `main` of the hidden test binaries in `tests/hidden/`.
+//! * [`memory`]: the working-memory checks (counting allocator).
 //! * [`self_check`]: the lessons pass every check; every mutant is caught.
 //!
 //! Each exercise crate builds its hidden tests on its own (`cargo test -p ex03 --test hidden`),
@@ -30,6 +31,7 @@ pub mod ex08;
 pub mod ex09;
 pub mod forward;
 pub mod hidden;
+pub mod memory;
 pub mod mutants;
 pub mod self_check;
 pub mod wgsl_mutants;

@@ -1,47 +1,102 @@
 //! Planted-bug implementations ("mutants") of every exercise: each carries exactly one classic
-//! mistake. The self-check proves that the hidden checks catch every one of them.
+//! mistake. The self-check proves that the hidden checks catch every one of them, each with
+//! the check meant to catch it (so that the hint a learner sees fits the mistake), and that the
+//! same implementation with no bug switched on, the control, passes every check.
 //!
 //! Each exercise has one small implementation with a switch per bug, written plainly (loops
 //! over rows and keys) so that the mistake is easy to see.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use ndarray::{Array1, Array2, Array4, ArrayView1, s};
 use reference::layout::{bhsd_to_bshd, bshd_to_bhsd};
-use reference::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
+use reference::{
+    AttentionError, AttentionOptions, AttentionOutput, AttentionShape, CheckedInputs, check_inputs,
+};
 
 use crate::ex01::Exercise01;
 use crate::ex02::{Exercise02, State};
 use crate::ex03::Exercise03;
+use crate::{ex02, ex03, ex04, ex05, ex06, ex07, forward};
 
-/// Classic mistakes in naive attention (exercise 01).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NaiveBug {
-    /// Scores not multiplied by `1/sqrt(D)`.
-    NoScale,
-    /// The causal flag is ignored.
-    CausalIgnored,
-    /// Each query sees one key too many (the mask is shifted by one).
-    MaskOffByOne,
-    /// `e^S` without subtracting the row maximum: overflows on large logits.
-    MaxNotSubtracted,
-    /// The logsumexp stored as `ln(l)` instead of `m + ln(l)`.
-    LseWithoutMax,
-    /// Inputs read as `[B, N, H, D]`: attention over heads instead of positions.
-    HeadsAsSequence,
+// ANCHOR: planted_bugs
+/// Declares a set of planted bugs: the enum, [`ALL`](NaiveBug::ALL) (every variant, listed by
+/// the macro itself, so none can be left out of the self-check) and `caught_by`, the check
+/// meant to catch each one (an exhaustive match).
+macro_rules! planted_bugs {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident {
+            $( $(#[$doc:meta])* $bug:ident => $check:expr, )+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum $name {
+            $( $(#[$doc])* $bug, )+
+        }
+
+        impl $name {
+            /// Every planted bug of this set.
+            pub const ALL: &'static [Self] = &[$(Self::$bug,)+];
+
+            /// The name of the check meant to catch this bug.
+            pub fn caught_by(self) -> &'static str {
+                match self {
+                    $( Self::$bug => $check, )+
+                }
+            }
+        }
+    };
+}
+// ANCHOR_END: planted_bugs
+
+/// An exercise's planted-bug implementation with one bug switched on, or none (the control,
+/// which must pass every check: a mutant is only caught if the control is not).
+#[derive(Debug)]
+pub struct Planted<B> {
+    /// The bug, or `None` for the control.
+    pub bug: Option<B>,
+    /// Tiles of scores computed so far (exercise 03 reports them; atomic because exercise 07's
+    /// checks share the implementation with rayon's threads).
+    tiles: AtomicUsize,
 }
 
-impl NaiveBug {
-    /// Every planted bug.
-    pub const ALL: [Self; 6] = [
-        Self::NoScale,
-        Self::CausalIgnored,
-        Self::MaskOffByOne,
-        Self::MaxNotSubtracted,
-        Self::LseWithoutMax,
-        Self::HeadsAsSequence,
-    ];
+impl<B: Copy + PartialEq> Planted<B> {
+    /// The implementation with `bug`.
+    pub fn with(bug: B) -> Self {
+        Self { bug: Some(bug), tiles: AtomicUsize::new(0) }
+    }
+
+    /// The implementation with no bug.
+    pub fn control() -> Self {
+        Self { bug: None, tiles: AtomicUsize::new(0) }
+    }
+
+    fn has(&self, bug: B) -> bool {
+        self.bug == Some(bug)
+    }
 }
 
-impl Exercise01 for NaiveBug {
+planted_bugs! {
+    /// Classic mistakes in naive attention (exercise 01).
+    pub enum NaiveBug {
+        /// Scores not multiplied by `1/sqrt(D)`.
+        NoScale => forward::TWO_KEYS,
+        /// The causal flag is ignored.
+        CausalIgnored => forward::CAUSAL_SQUARE,
+        /// Each query sees one key too many (the mask is shifted by one).
+        MaskOffByOne => forward::CAUSAL_SQUARE,
+        /// `e^S` without subtracting the row maximum: overflows on large logits.
+        MaxNotSubtracted => forward::LARGE_LOGITS,
+        /// The logsumexp stored as `ln(l)` instead of `m + ln(l)`.
+        LseWithoutMax => forward::ONE_KEY,
+        /// Inputs read as `[B, N, H, D]`: attention over heads instead of positions.
+        HeadsAsSequence => forward::INDEPENDENT,
+    }
+}
+
+impl Exercise01 for Planted<NaiveBug> {
     fn attention(
         &self,
         q: &Array4<f32>,
@@ -49,12 +104,12 @@ impl Exercise01 for NaiveBug {
         v: &Array4<f32>,
         options: &AttentionOptions,
     ) -> Result<AttentionOutput<f32>, AttentionError> {
-        if *self == Self::HeadsAsSequence {
+        if self.has(NaiveBug::HeadsAsSequence) {
             let out = naive(&bshd_to_bhsd(q), &bshd_to_bhsd(k), &bshd_to_bhsd(v), options, None)?;
             let lse = out.lse.permuted_axes([0, 2, 1]).as_standard_layout().into_owned();
             return Ok(AttentionOutput { o: bhsd_to_bshd(&out.o), lse });
         }
-        naive(q, k, v, options, Some(*self))
+        naive(q, k, v, options, self.bug)
     }
 }
 
@@ -65,8 +120,7 @@ fn naive(
     options: &AttentionOptions,
     bug: Option<NaiveBug>,
 ) -> Result<AttentionOutput<f32>, AttentionError> {
-    let shape = AttentionShape::of(q, k, v)?;
-    let mut scale = options.scale_for(shape.head_dim)?;
+    let CheckedInputs { shape, mut scale } = check_inputs(q, k, v, options)?;
     if bug == Some(NaiveBug::NoScale) {
         scale = 1.0;
     }
@@ -94,38 +148,27 @@ fn naive(
     Ok(out)
 }
 
-/// Classic mistakes in online softmax and online attention (exercise 02).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OnlineBug {
-    /// "Safe" softmax that does not subtract the maximum.
-    SafeWithoutMax,
-    /// `push` adds `e^(x - m')` but does not rescale the old sum.
-    PushWithoutRescale,
-    /// `merge` rescales only the first state.
-    MergeRescalesOneSide,
-    /// `merge` of two empty states computes `e^(-inf - -inf)` = NaN.
-    MergeWithoutEmptyGuard,
-    /// Online attention rescales `l` but not the output accumulator.
-    AccumulatorNotRescaled,
-    /// Online attention forgets `1/sqrt(D)`.
-    NoScale,
+planted_bugs! {
+    /// Classic mistakes in online softmax and online attention (exercise 02).
+    pub enum OnlineBug {
+        /// "Safe" softmax that does not subtract the maximum.
+        SafeWithoutMax => ex02::SAFE_NEAR_1000,
+        /// `push` adds `e^(x - m')` but does not rescale the old sum.
+        PushWithoutRescale => ex02::PUSH,
+        /// `merge` rescales only the first state.
+        MergeRescalesOneSide => ex02::MERGE,
+        /// `merge` of two empty states computes `e^(-inf - -inf)` = NaN.
+        MergeWithoutEmptyGuard => ex02::MERGE_IDENTITY,
+        /// Online attention rescales `l` but not the output accumulator.
+        AccumulatorNotRescaled => forward::RANDOM,
+        /// Online attention forgets `1/sqrt(D)`.
+        NoScale => forward::TWO_KEYS,
+    }
 }
 
-impl OnlineBug {
-    /// Every planted bug.
-    pub const ALL: [Self; 6] = [
-        Self::SafeWithoutMax,
-        Self::PushWithoutRescale,
-        Self::MergeRescalesOneSide,
-        Self::MergeWithoutEmptyGuard,
-        Self::AccumulatorNotRescaled,
-        Self::NoScale,
-    ];
-}
-
-impl Exercise02 for OnlineBug {
+impl Exercise02 for Planted<OnlineBug> {
     fn safe_softmax(&self, x: &[f32]) -> Vec<f32> {
-        if *self == Self::SafeWithoutMax {
+        if self.has(OnlineBug::SafeWithoutMax) {
             lesson02::naive_softmax(x)
         } else {
             lesson02::safe_softmax(x)
@@ -138,17 +181,17 @@ impl Exercise02 for OnlineBug {
             return (max, sum);
         }
         let carried =
-            if *self == Self::PushWithoutRescale { sum } else { sum * (max - new_max).exp() };
+            if self.has(OnlineBug::PushWithoutRescale) { sum } else { sum * (max - new_max).exp() };
         (new_max, carried + (x - new_max).exp())
     }
 
     fn merge(&self, a: State, b: State) -> State {
         let max = a.0.max(b.0);
-        if max == f32::NEG_INFINITY && *self != Self::MergeWithoutEmptyGuard {
+        if max == f32::NEG_INFINITY && !self.has(OnlineBug::MergeWithoutEmptyGuard) {
             return (f32::NEG_INFINITY, 0.0);
         }
         let b_part =
-            if *self == Self::MergeRescalesOneSide { b.1 } else { b.1 * (b.0 - max).exp() };
+            if self.has(OnlineBug::MergeRescalesOneSide) { b.1 } else { b.1 * (b.0 - max).exp() };
         (max, a.1 * (a.0 - max).exp() + b_part)
     }
 
@@ -164,9 +207,8 @@ impl Exercise02 for OnlineBug {
         v: &Array4<f32>,
         options: &AttentionOptions,
     ) -> Result<AttentionOutput<f32>, AttentionError> {
-        let shape = AttentionShape::of(q, k, v)?;
-        let mut scale = options.scale_for(shape.head_dim)?;
-        if *self == Self::NoScale {
+        let CheckedInputs { shape, mut scale } = check_inputs(q, k, v, options)?;
+        if self.has(OnlineBug::NoScale) {
             scale = 1.0;
         }
         let mut out = AttentionOutput::empty(&shape);
@@ -176,7 +218,7 @@ impl Exercise02 for OnlineBug {
             for j in 0..shape.visible_keys(i, options.causal) {
                 let score = scale * q.slice(s![b, h, i, ..]).dot(&k.slice(s![b, h, j, ..]));
                 let new = self.push(state, score);
-                if *self != Self::AccumulatorNotRescaled {
+                if !self.has(OnlineBug::AccumulatorNotRescaled) {
                     acc *= (state.0 - new.0).exp();
                 }
                 acc.scaled_add((score - new.0).exp(), &v.slice(s![b, h, j, ..]));
@@ -191,42 +233,33 @@ impl Exercise02 for OnlineBug {
     }
 }
 
-/// Classic mistakes in the tiled forward (exercise 03).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TiledBug {
-    /// Scores not multiplied by `1/sqrt(D)`.
-    NoScale,
-    /// Neither `l` nor `acc` rescaled by `e^(m_old - m_new)` when the maximum grows.
-    MissingRescale,
-    /// `l` rescaled, the output accumulator not.
-    AccumulatorNotRescaled,
-    /// Each query sees one key too many on the diagonal tiles.
-    MaskOffByOne,
-    /// The last, shorter query tile is never computed.
-    QueryTailIgnored,
-    /// The last, shorter key tile is never read.
-    KeyTailIgnored,
-    /// The logsumexp stored as `ln(l)` instead of `m + ln(l)`.
-    LseWithoutMax,
-    /// Key tiles skipped from the first row's last visible key, not the last row's.
-    SkipTooEager,
+planted_bugs! {
+    /// Classic mistakes in the tiled forward (exercise 03).
+    pub enum TiledBug {
+        /// Scores not multiplied by `1/sqrt(D)`.
+        NoScale => forward::TWO_KEYS,
+        /// Neither `l` nor `acc` rescaled by `e^(m_old - m_new)` when the maximum grows.
+        MissingRescale => ex03::TILES_DO_NOT_MATTER,
+        /// `l` rescaled, the output accumulator not.
+        AccumulatorNotRescaled => ex03::TILES_DO_NOT_MATTER,
+        /// Each query sees one key too many on the diagonal tiles.
+        MaskOffByOne => forward::CAUSAL_SQUARE,
+        /// The last, shorter query tile is never computed.
+        QueryTailIgnored => ex03::ANY_TILES,
+        /// The last, shorter key tile is never read.
+        KeyTailIgnored => ex03::ANY_TILES,
+        /// The logsumexp stored as `ln(l)` instead of `m + ln(l)`.
+        LseWithoutMax => forward::ONE_KEY,
+        /// Key tiles skipped from the first row's last visible key, not the last row's.
+        SkipTooEager => ex03::CAUSAL_SKIP,
+        /// Every key tile computed and masked: right, but the work FlashAttention skips is done.
+        NoCausalSkip => ex03::CAUSAL_SKIP,
+        /// The whole `Nq x Nkv` score matrix computed up front, then read tile by tile.
+        WholeScoreMatrix => ex03::MEMORY,
+    }
 }
 
-impl TiledBug {
-    /// Every planted bug.
-    pub const ALL: [Self; 8] = [
-        Self::NoScale,
-        Self::MissingRescale,
-        Self::AccumulatorNotRescaled,
-        Self::MaskOffByOne,
-        Self::QueryTailIgnored,
-        Self::KeyTailIgnored,
-        Self::LseWithoutMax,
-        Self::SkipTooEager,
-    ];
-}
-
-impl Exercise03 for TiledBug {
+impl Exercise03 for Planted<TiledBug> {
     fn attention(
         &self,
         q: &Array4<f32>,
@@ -236,10 +269,9 @@ impl Exercise03 for TiledBug {
         query_rows: usize,
         key_cols: usize,
     ) -> Result<AttentionOutput<f32>, AttentionError> {
-        let shape = AttentionShape::of(q, k, v)?;
-        let bug = *self;
-        let mut scale = options.scale_for(shape.head_dim)?;
-        if bug == Self::NoScale {
+        let bug = self.bug;
+        let CheckedInputs { shape, mut scale } = check_inputs(q, k, v, options)?;
+        if bug == Some(TiledBug::NoScale) {
             scale = 1.0;
         }
         for (which, value) in [("query rows (Br)", query_rows), ("key columns (Bc)", key_cols)] {
@@ -247,50 +279,66 @@ impl Exercise03 for TiledBug {
                 return Err(AttentionError::InvalidTileSize { which, value });
             }
         }
+        let (query_rows, key_cols) = (query_rows.min(shape.q_len), key_cols.min(shape.kv_len));
         let whole = |n: usize, tile: usize| n / tile * tile; // where a tail-ignoring loop stops
-        let q_end = if bug == Self::QueryTailIgnored {
+        let q_end = if bug == Some(TiledBug::QueryTailIgnored) {
             whole(shape.q_len, query_rows)
         } else {
             shape.q_len
         };
-        let k_end =
-            if bug == Self::KeyTailIgnored { whole(shape.kv_len, key_cols) } else { shape.kv_len };
+        let k_end = if bug == Some(TiledBug::KeyTailIgnored) {
+            whole(shape.kv_len, key_cols)
+        } else {
+            shape.kv_len
+        };
         let mut out = AttentionOutput::empty(&shape);
         for (b, h) in (0..shape.batch).flat_map(|b| (0..shape.heads).map(move |h| (b, h))) {
+            // The bug: every score of the head at once, Nq x Nkv, kept for the whole loop.
+            let whole_scores = (bug == Some(TiledBug::WholeScoreMatrix))
+                .then(|| q.slice(s![b, h, .., ..]).dot(&k.slice(s![b, h, .., ..]).t()) * scale);
             for r0 in (0..q_end).step_by(query_rows) {
                 let rows = r0..(r0 + query_rows).min(shape.q_len);
                 let n = rows.len();
                 let (mut m, mut l) = (vec![f32::NEG_INFINITY; n], vec![0.0f32; n]);
                 let mut acc = Array2::<f32>::zeros((n, shape.head_dim));
                 let skip_from_row =
-                    if bug == Self::SkipTooEager { rows.start } else { rows.end - 1 };
-                let key_limit = shape.visible_keys(skip_from_row, options.causal);
+                    if bug == Some(TiledBug::SkipTooEager) { rows.start } else { rows.end - 1 };
+                let key_limit = if bug == Some(TiledBug::NoCausalSkip) {
+                    shape.kv_len
+                } else {
+                    shape.visible_keys(skip_from_row, options.causal)
+                };
                 for c0 in (0..k_end).step_by(key_cols).take_while(|&c0| c0 < key_limit) {
                     let keys = c0..(c0 + key_cols).min(shape.kv_len);
+                    self.tiles.fetch_add(1, Ordering::Relaxed); // one tile of scores computed
                     for (r, i) in rows.clone().enumerate() {
-                        let seen = if bug == Self::MaskOffByOne { i + 1 } else { i };
+                        let seen = if bug == Some(TiledBug::MaskOffByOne) { i + 1 } else { i };
                         let visible = shape.visible_keys(seen, options.causal);
                         let query = q.slice(s![b, h, i, ..]);
+                        let score = |j: usize| match &whole_scores {
+                            Some(scores) => scores[[i, j]],
+                            None => scale * query.dot(&k.slice(s![b, h, j, ..])),
+                        };
                         let scores: Vec<f32> = keys
                             .clone()
-                            .map(|j| {
-                                if j < visible {
-                                    scale * query.dot(&k.slice(s![b, h, j, ..]))
-                                } else {
-                                    f32::NEG_INFINITY
-                                }
-                            })
+                            .map(|j| if j < visible { score(j) } else { f32::NEG_INFINITY })
                             .collect();
                         let new_max = m[r].max(row_max(&scores));
                         if new_max == f32::NEG_INFINITY {
                             continue;
                         }
-                        let correction =
-                            if bug == Self::MissingRescale { 1.0 } else { (m[r] - new_max).exp() };
+                        let correction = if bug == Some(TiledBug::MissingRescale) {
+                            1.0
+                        } else {
+                            (m[r] - new_max).exp()
+                        };
                         let p: Vec<f32> = scores.iter().map(|&x| (x - new_max).exp()).collect();
                         l[r] = l[r] * correction + p.iter().sum::<f32>();
-                        let acc_correction =
-                            if bug == Self::AccumulatorNotRescaled { 1.0 } else { correction };
+                        let acc_correction = if bug == Some(TiledBug::AccumulatorNotRescaled) {
+                            1.0
+                        } else {
+                            correction
+                        };
                         let pv = weighted_sum(&p, |t| v.slice(s![b, h, keys.start + t, ..]));
                         let updated = &acc.row(r) * acc_correction + pv;
                         acc.row_mut(r).assign(&updated);
@@ -300,13 +348,20 @@ impl Exercise03 for TiledBug {
                 for (r, i) in rows.enumerate() {
                     if l[r] > 0.0 {
                         out.o.slice_mut(s![b, h, i, ..]).assign(&(&acc.row(r) / l[r]));
-                        out.lse[[b, h, i]] =
-                            if bug == Self::LseWithoutMax { l[r].ln() } else { m[r] + l[r].ln() };
+                        out.lse[[b, h, i]] = if bug == Some(TiledBug::LseWithoutMax) {
+                            l[r].ln()
+                        } else {
+                            m[r] + l[r].ln()
+                        };
                     }
                 }
             }
         }
         Ok(out)
+    }
+
+    fn tiles_computed(&self) -> usize {
+        self.tiles.load(Ordering::Relaxed)
     }
 }
 
@@ -329,37 +384,26 @@ fn weighted_sum<'a>(weights: &[f32], value: impl Fn(usize) -> ArrayView1<'a, f32
     sum
 }
 
-/// Classic mistakes in causal tile classification and FlashAttention-1's loop order
-/// (exercise 04).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Flash1Bug {
-    /// Tiles skipped when the tile's *first* row sees none of the keys.
-    SkipTooEager,
-    /// Tiles on the diagonal classified as full: never masked.
-    DiagonalNotMasked,
-    /// The old output not rescaled by `e^(m - m')` before the new tile is added.
-    OutputNotRescaled,
-    /// `m` and `l` never written back: each K/V tile starts the statistics afresh.
-    StatsNotWrittenBack,
-    /// `Q`, `O`, `m`, `l` loaded before the skip test: skipped tiles still cost IO.
-    SkippedTilesLoaded,
-    /// Scores not multiplied by `1/sqrt(D)`.
-    NoScale,
+planted_bugs! {
+    /// Classic mistakes in causal tile classification and FlashAttention-1's loop order
+    /// (exercise 04).
+    pub enum Flash1Bug {
+        /// Tiles skipped when the tile's *first* row sees none of the keys.
+        SkipTooEager => ex04::CLASSIFY,
+        /// Tiles on the diagonal classified as full: never masked.
+        DiagonalNotMasked => ex04::CLASSIFY,
+        /// The old output not rescaled by `e^(m - m')` before the new tile is added.
+        OutputNotRescaled => forward::RANDOM,
+        /// `m` and `l` never written back: each K/V tile starts the statistics afresh.
+        StatsNotWrittenBack => forward::RANDOM,
+        /// `Q`, `O`, `m`, `l` loaded before the skip test: skipped tiles still cost IO.
+        SkippedTilesLoaded => ex04::CAUSAL_TILES,
+        /// Scores not multiplied by `1/sqrt(D)`.
+        NoScale => forward::TWO_KEYS,
+    }
 }
 
-impl Flash1Bug {
-    /// Every planted bug.
-    pub const ALL: [Self; 6] = [
-        Self::SkipTooEager,
-        Self::DiagonalNotMasked,
-        Self::OutputNotRescaled,
-        Self::StatsNotWrittenBack,
-        Self::SkippedTilesLoaded,
-        Self::NoScale,
-    ];
-}
-
-impl crate::ex04::Exercise04 for Flash1Bug {
+impl crate::ex04::Exercise04 for Planted<Flash1Bug> {
     fn classify(
         &self,
         shape: &AttentionShape,
@@ -368,13 +412,13 @@ impl crate::ex04::Exercise04 for Flash1Bug {
         keys: std::ops::Range<usize>,
     ) -> lesson03::TileKind {
         use lesson03::TileKind::{Full, Masked, Skipped};
-        let skip_row = if *self == Self::SkipTooEager { rows.start } else { rows.end - 1 };
+        let skip_row = if self.has(Flash1Bug::SkipTooEager) { rows.start } else { rows.end - 1 };
         if !causal {
             Full
         } else if keys.start >= shape.visible_keys(skip_row, true) {
             Skipped
         } else if keys.end > shape.visible_keys(rows.start, true)
-            && *self != Self::DiagonalNotMasked
+            && !self.has(Flash1Bug::DiagonalNotMasked)
         {
             Masked
         } else {
@@ -397,10 +441,9 @@ impl crate::ex04::Exercise04 for Flash1Bug {
         use ndarray::Array3;
         use ndarray::linalg::general_mat_mul;
 
-        let shape = AttentionShape::of(q, k, v)?;
+        let CheckedInputs { shape, mut scale } = check_inputs(q, k, v, options)?;
         let tiles = TileSizes::new(query_rows, key_cols)?;
-        let mut scale = options.scale_for(shape.head_dim)?;
-        if *self == Self::NoScale {
+        if self.has(Flash1Bug::NoScale) {
             scale = 1.0;
         }
         let (br, bc, d) = (query_rows, key_cols, shape.head_dim);
@@ -439,7 +482,7 @@ impl crate::ex04::Exercise04 for Flash1Bug {
                         mem.load(m_slow.slice(s![b, h, rows.clone()]), m_t.slice_mut(s![..n]));
                         mem.load(l_slow.slice(s![b, h, rows.clone()]), l_t.slice_mut(s![..n]));
                     };
-                    if *self == Self::SkippedTilesLoaded {
+                    if self.has(Flash1Bug::SkippedTilesLoaded) {
                         load(
                             &mut mem, &mut q_t, &mut o_t, &mut m_t, &mut l_t, &out, &m_slow,
                             &l_slow,
@@ -448,13 +491,13 @@ impl crate::ex04::Exercise04 for Flash1Bug {
                     if kind == TileKind::Skipped {
                         continue;
                     }
-                    if *self != Self::SkippedTilesLoaded {
+                    if !self.has(Flash1Bug::SkippedTilesLoaded) {
                         load(
                             &mut mem, &mut q_t, &mut o_t, &mut m_t, &mut l_t, &out, &m_slow,
                             &l_slow,
                         );
                     }
-                    if *self == Self::StatsNotWrittenBack {
+                    if self.has(Flash1Bug::StatsNotWrittenBack) {
                         m_t.fill(f32::NEG_INFINITY);
                         l_t.fill(0.0);
                     }
@@ -478,7 +521,7 @@ impl crate::ex04::Exercise04 for Flash1Bug {
                         let p: Vec<f32> = p_row.iter().map(|&x| (x - tile_max).exp()).collect();
                         let tile_sum: f32 = p.iter().sum();
                         let new_max = m_t[r].max(tile_max);
-                        let old_weight = if *self == Self::OutputNotRescaled {
+                        let old_weight = if self.has(Flash1Bug::OutputNotRescaled) {
                             1.0
                         } else {
                             (m_t[r] - new_max).exp()
@@ -492,7 +535,7 @@ impl crate::ex04::Exercise04 for Flash1Bug {
                         (m_t[r], l_t[r]) = (new_max, new_sum);
                     }
                     mem.store(o_t.slice(s![..n, ..]), out.o.slice_mut(s![b, h, rows.clone(), ..]));
-                    if *self != Self::StatsNotWrittenBack {
+                    if !self.has(Flash1Bug::StatsNotWrittenBack) {
                         mem.store(m_t.slice(s![..n]), m_slow.slice_mut(s![b, h, rows.clone()]));
                         mem.store(l_t.slice(s![..n]), l_slow.slice_mut(s![b, h, rows]));
                     }
@@ -512,36 +555,29 @@ impl crate::ex04::Exercise04 for Flash1Bug {
     }
 }
 
-/// Classic mistakes in the backward pass (exercise 05).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BackwardBug {
-    /// `dS = P ∘ dP`: the `D` term of the softmax Jacobian forgotten.
-    NoDTerm,
-    /// `P = e^S` recomputed without subtracting the saved logsumexp.
-    PWithoutLogsumexp,
-    /// The causal mask not applied when `P` is recomputed.
-    MaskNotApplied,
-    /// Rows that see no key (`L = -inf`) give `e^(-inf - -inf)` = NaN.
-    NoGuardForEmptyRows,
-    /// `dK_j` overwritten by each query tile instead of accumulated.
-    DkOverwritten,
-    /// `dQ` without the softmax scale.
-    NoScaleInDq,
+planted_bugs! {
+    /// Classic mistakes in the backward pass (exercise 05).
+    pub enum BackwardBug {
+        /// `dS = P ∘ dP`: the `D` term of the softmax Jacobian forgotten.
+        NoDTerm => ex05::RANDOM,
+        /// `P = e^S` recomputed without subtracting the saved logsumexp.
+        PWithoutLogsumexp => ex05::RANDOM,
+        /// The causal mask not applied when `P` is recomputed.
+        MaskNotApplied => ex05::CAUSAL_SQUARE,
+        /// Rows that see no key (`L = -inf`) give `e^(-inf - -inf)` = NaN.
+        NoGuardForEmptyRows => ex05::CAUSAL_RECTANGULAR,
+        /// `dK_j` overwritten by each query tile instead of accumulated.
+        DkOverwritten => ex05::ANY_TILES,
+        /// `dQ` without the softmax scale.
+        NoScaleInDq => ex05::RANDOM,
+        /// The whole `Nq x Nkv` matrix `P` recomputed up front, then read tile by tile.
+        WholeProbabilityMatrix => ex05::MEMORY,
+        /// `L` not checked against the mask: an `L` of `-inf` everywhere gives zero gradients.
+        LogsumexpNotChecked => ex05::BAD_VALUES,
+    }
 }
 
-impl BackwardBug {
-    /// Every planted bug.
-    pub const ALL: [Self; 6] = [
-        Self::NoDTerm,
-        Self::PWithoutLogsumexp,
-        Self::MaskNotApplied,
-        Self::NoGuardForEmptyRows,
-        Self::DkOverwritten,
-        Self::NoScaleInDq,
-    ];
-}
-
-impl crate::ex05::Exercise05 for BackwardBug {
+impl crate::ex05::Exercise05 for Planted<BackwardBug> {
     fn backward(
         &self,
         q: &Array4<f32>,
@@ -557,13 +593,17 @@ impl crate::ex05::Exercise05 for BackwardBug {
         use lesson04::tile_ranges;
         use ndarray::linalg::general_mat_mul;
 
-        let bug = *self;
-        let shape = AttentionShape::of(q, k, v)?;
+        let bug = self.bug;
+        let CheckedInputs { shape, scale } = check_inputs(q, k, v, options)?;
         reference::check_same_shape("dO", d_o, "Q", q)?;
         reference::check_same_shape("O", &forward.o, "Q", q)?;
         reference::check_lse_shape(&forward.lse, q)?;
+        reference::check_finite("dO", d_o)?;
+        reference::check_finite("O", &forward.o)?;
+        if bug != Some(BackwardBug::LogsumexpNotChecked) {
+            reference::check_logsumexp(&forward.lse, &shape, options.causal)?;
+        }
         TileSizes::new(query_rows, key_cols)?;
-        let scale = options.scale_for(shape.head_dim)?;
         let mut grads = reference::Gradients {
             dq: Array4::zeros(q.dim()),
             dk: Array4::zeros(k.dim()),
@@ -573,6 +613,9 @@ impl crate::ex05::Exercise05 for BackwardBug {
             let d: Array1<f32> = (0..shape.q_len)
                 .map(|i| d_o.slice(s![b, h, i, ..]).dot(&forward.o.slice(s![b, h, i, ..])))
                 .collect();
+            // The bug: every score of the head at once, Nq x Nkv, kept for the whole loop.
+            let whole = (bug == Some(BackwardBug::WholeProbabilityMatrix))
+                .then(|| q.slice(s![b, h, .., ..]).dot(&k.slice(s![b, h, .., ..]).t()) * scale);
             for keys in tile_ranges(shape.kv_len, key_cols) {
                 let (k_j, v_j) =
                     (k.slice(s![b, h, keys.clone(), ..]), v.slice(s![b, h, keys.clone(), ..]));
@@ -580,22 +623,27 @@ impl crate::ex05::Exercise05 for BackwardBug {
                     (Array2::<f32>::zeros(k_j.dim()), Array2::<f32>::zeros(v_j.dim()));
                 for rows in tile_ranges(shape.q_len, query_rows) {
                     let kind = classify_tile(&shape, options.causal, rows.clone(), keys.clone());
-                    if kind == TileKind::Skipped && bug != Self::MaskNotApplied {
+                    if kind == TileKind::Skipped && bug != Some(BackwardBug::MaskNotApplied) {
                         continue;
                     }
                     let (q_i, d_o_i) = (
                         q.slice(s![b, h, rows.clone(), ..]),
                         d_o.slice(s![b, h, rows.clone(), ..]),
                     );
-                    let mut p = q_i.dot(&k_j.t()) * scale;
-                    if kind != TileKind::Full && bug != Self::MaskNotApplied {
+                    let mut p = match &whole {
+                        Some(scores) => scores.slice(s![rows.clone(), keys.clone()]).to_owned(),
+                        None => q_i.dot(&k_j.t()) * scale,
+                    };
+                    if kind != TileKind::Full && bug != Some(BackwardBug::MaskNotApplied) {
                         mask_future_keys(&mut p.view_mut(), rows.start, keys.start, &shape);
                     }
                     for (mut row, &l) in
                         p.outer_iter_mut().zip(forward.lse.slice(s![b, h, rows.clone()]))
                     {
-                        let empty = l == f32::NEG_INFINITY && bug != Self::NoGuardForEmptyRows;
-                        let shift = if bug == Self::PWithoutLogsumexp { 0.0 } else { l };
+                        let empty =
+                            l == f32::NEG_INFINITY && bug != Some(BackwardBug::NoGuardForEmptyRows);
+                        let shift =
+                            if bug == Some(BackwardBug::PWithoutLogsumexp) { 0.0 } else { l };
                         row.mapv_inplace(|x| if empty { 0.0 } else { (x - shift).exp() });
                     }
                     general_mat_mul(1.0, &p.t(), &d_o_i, 1.0, &mut dv_j);
@@ -603,10 +651,10 @@ impl crate::ex05::Exercise05 for BackwardBug {
                     for ((mut ds_row, p_row), &d_i) in
                         d_s.outer_iter_mut().zip(p.outer_iter()).zip(d.slice(s![rows.clone()]))
                     {
-                        let d_i = if bug == Self::NoDTerm { 0.0 } else { d_i };
+                        let d_i = if bug == Some(BackwardBug::NoDTerm) { 0.0 } else { d_i };
                         ds_row.zip_mut_with(&p_row, |ds, &p| *ds = p * (*ds - d_i));
                     }
-                    let dq_scale = if bug == Self::NoScaleInDq { 1.0 } else { scale };
+                    let dq_scale = if bug == Some(BackwardBug::NoScaleInDq) { 1.0 } else { scale };
                     general_mat_mul(
                         dq_scale,
                         &d_s,
@@ -614,7 +662,7 @@ impl crate::ex05::Exercise05 for BackwardBug {
                         1.0,
                         &mut grads.dq.slice_mut(s![b, h, rows, ..]),
                     );
-                    let beta = if bug == Self::DkOverwritten { 0.0 } else { 1.0 };
+                    let beta = if bug == Some(BackwardBug::DkOverwritten) { 0.0 } else { 1.0 };
                     general_mat_mul(scale, &d_s.t(), &q_i, beta, &mut dk_j);
                 }
                 grads.dk.slice_mut(s![b, h, keys.clone(), ..]).assign(&dk_j);
@@ -625,81 +673,69 @@ impl crate::ex05::Exercise05 for BackwardBug {
     }
 }
 
-/// Classic mistakes in half-precision attention (exercise 06).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PrecisionBug {
-    /// The softmax sum `l` kept in the storage format.
-    SumInStorageFormat,
-    /// The output accumulator rounded to the storage format at every key.
-    AccumulatorInStorageFormat,
-    /// `e^s` without subtracting the running maximum.
-    MaxNotSubtracted,
-    /// `L` rounded to the storage format.
-    LseRounded,
-    /// Mixed formats silently widened to f32 instead of rejected.
-    MixedFormatsConverted,
-    /// Scores not multiplied by `1/sqrt(D)`.
-    NoScale,
-}
-
-impl PrecisionBug {
-    /// Every planted bug.
-    pub const ALL: [Self; 6] = [
-        Self::SumInStorageFormat,
-        Self::AccumulatorInStorageFormat,
-        Self::MaxNotSubtracted,
-        Self::LseRounded,
-        Self::MixedFormatsConverted,
-        Self::NoScale,
-    ];
-
-    /// Online attention, one key at a time, on `T` storage, with this bug.
-    fn online<T: lesson06::Element>(
-        self,
-        q: &Array4<T>,
-        k: &Array4<T>,
-        v: &Array4<T>,
-        options: &AttentionOptions,
-    ) -> Result<lesson06::Output<T>, AttentionError> {
-        let shape = AttentionShape::of(q, k, v)?;
-        let mut scale = options.scale_for(shape.head_dim)?;
-        if self == Self::NoScale {
-            scale = 1.0;
-        }
-        let keep = |x: f32, rounded: bool| if rounded { T::from_f32(x).to_f32() } else { x };
-        let mut o = Array4::from_elem(q.dim(), T::from_f32(0.0));
-        let mut lse = ndarray::Array3::from_elem(shape.lse_dims(), f32::NEG_INFINITY);
-        for (b, h, i) in rows(&shape) {
-            let (mut m, mut l, mut acc) = (f32::NEG_INFINITY, 0.0f32, vec![0.0f32; shape.head_dim]);
-            for j in 0..shape.visible_keys(i, options.causal) {
-                let s: f32 = scale
-                    * (0..shape.head_dim)
-                        .map(|c| q[[b, h, i, c]].to_f32() * k[[b, h, j, c]].to_f32())
-                        .sum::<f32>();
-                let new_m = if self == Self::MaxNotSubtracted { 0.0 } else { m.max(s) };
-                let correction = if m == f32::NEG_INFINITY { 0.0 } else { (m - new_m).exp() };
-                let p = (s - new_m).exp();
-                l = keep(l * correction + p, self == Self::SumInStorageFormat);
-                for (c, a) in acc.iter_mut().enumerate() {
-                    *a = keep(
-                        *a * correction + p * v[[b, h, j, c]].to_f32(),
-                        self == Self::AccumulatorInStorageFormat,
-                    );
-                }
-                m = new_m;
-            }
-            if l > 0.0 {
-                for (c, a) in acc.iter().enumerate() {
-                    o[[b, h, i, c]] = T::from_f32(a / l);
-                }
-                lse[[b, h, i]] = keep(m + l.ln(), self == Self::LseRounded);
-            }
-        }
-        Ok(lesson06::Output { o, lse })
+planted_bugs! {
+    /// Classic mistakes in half-precision attention (exercise 06).
+    pub enum PrecisionBug {
+        /// The softmax sum `l` kept in the storage format.
+        SumInStorageFormat => ex06::LONG_ROW,
+        /// The output accumulator rounded to the storage format at every key.
+        AccumulatorInStorageFormat => ex06::LONG_ROW,
+        /// `e^s` without subtracting the running maximum.
+        MaxNotSubtracted => ex06::LARGE_LOGITS,
+        /// `L` rounded to the storage format.
+        LseRounded => ex06::F16,
+        /// Mixed formats silently widened to f32 instead of rejected.
+        MixedFormatsConverted => ex06::MIXED_FORMATS,
+        /// Scores not multiplied by `1/sqrt(D)`.
+        NoScale => ex06::F16,
     }
 }
 
-impl crate::ex06::Exercise06 for PrecisionBug {
+/// Online attention, one key at a time, on `T` storage, with `bug`.
+fn precision_online<T: lesson06::Element>(
+    bug: Option<PrecisionBug>,
+    q: &Array4<T>,
+    k: &Array4<T>,
+    v: &Array4<T>,
+    options: &AttentionOptions,
+) -> Result<lesson06::Output<T>, AttentionError> {
+    let CheckedInputs { shape, mut scale } = check_inputs(q, k, v, options)?;
+    if bug == Some(PrecisionBug::NoScale) {
+        scale = 1.0;
+    }
+    let keep = |x: f32, rounded: bool| if rounded { T::from_f32(x).to_f32() } else { x };
+    let mut o = Array4::from_elem(q.dim(), T::from_f32(0.0));
+    let mut lse = ndarray::Array3::from_elem(shape.lse_dims(), f32::NEG_INFINITY);
+    for (b, h, i) in rows(&shape) {
+        let (mut m, mut l, mut acc) = (f32::NEG_INFINITY, 0.0f32, vec![0.0f32; shape.head_dim]);
+        for j in 0..shape.visible_keys(i, options.causal) {
+            let s: f32 = scale
+                * (0..shape.head_dim)
+                    .map(|c| q[[b, h, i, c]].to_f32() * k[[b, h, j, c]].to_f32())
+                    .sum::<f32>();
+            let new_m = if bug == Some(PrecisionBug::MaxNotSubtracted) { 0.0 } else { m.max(s) };
+            let correction = if m == f32::NEG_INFINITY { 0.0 } else { (m - new_m).exp() };
+            let p = (s - new_m).exp();
+            l = keep(l * correction + p, bug == Some(PrecisionBug::SumInStorageFormat));
+            for (c, a) in acc.iter_mut().enumerate() {
+                *a = keep(
+                    *a * correction + p * v[[b, h, j, c]].to_f32(),
+                    bug == Some(PrecisionBug::AccumulatorInStorageFormat),
+                );
+            }
+            m = new_m;
+        }
+        if l > 0.0 {
+            for (c, a) in acc.iter().enumerate() {
+                o[[b, h, i, c]] = T::from_f32(a / l);
+            }
+            lse[[b, h, i]] = keep(m + l.ln(), bug == Some(PrecisionBug::LseRounded));
+        }
+    }
+    Ok(lesson06::Output { o, lse })
+}
+
+impl crate::ex06::Exercise06 for Planted<PrecisionBug> {
     fn attention_f16(
         &self,
         q: &Array4<half::f16>,
@@ -707,7 +743,7 @@ impl crate::ex06::Exercise06 for PrecisionBug {
         v: &Array4<half::f16>,
         options: &AttentionOptions,
     ) -> Result<lesson06::Output<half::f16>, AttentionError> {
-        self.online(q, k, v, options)
+        precision_online(self.bug, q, k, v, options)
     }
 
     fn attention_bf16(
@@ -717,7 +753,7 @@ impl crate::ex06::Exercise06 for PrecisionBug {
         v: &Array4<half::bf16>,
         options: &AttentionOptions,
     ) -> Result<lesson06::Output<half::bf16>, AttentionError> {
-        self.online(q, k, v, options)
+        precision_online(self.bug, q, k, v, options)
     }
 
     fn dispatch(
@@ -730,17 +766,21 @@ impl crate::ex06::Exercise06 for PrecisionBug {
         use lesson06::policy::Tensor;
         match (q, k, v) {
             (Tensor::F16(q), Tensor::F16(k), Tensor::F16(v)) => {
-                self.online(q, k, v, options).map(|out| (Tensor::F16(out.o), out.lse))
+                precision_online(self.bug, q, k, v, options)
+                    .map(|out| (Tensor::F16(out.o), out.lse))
             }
             (Tensor::BF16(q), Tensor::BF16(k), Tensor::BF16(v)) => {
-                self.online(q, k, v, options).map(|out| (Tensor::BF16(out.o), out.lse))
+                precision_online(self.bug, q, k, v, options)
+                    .map(|out| (Tensor::BF16(out.o), out.lse))
             }
             (Tensor::F32(q), Tensor::F32(k), Tensor::F32(v)) => {
-                self.online(q, k, v, options).map(|out| (Tensor::F32(out.o), out.lse))
+                precision_online(self.bug, q, k, v, options)
+                    .map(|out| (Tensor::F32(out.o), out.lse))
             }
-            _ if *self == Self::MixedFormatsConverted => self
-                .online(&q.to_f32(), &k.to_f32(), &v.to_f32(), options)
-                .map(|out| (Tensor::F32(out.o), out.lse)),
+            _ if self.has(PrecisionBug::MixedFormatsConverted) => {
+                precision_online(self.bug, &q.to_f32(), &k.to_f32(), &v.to_f32(), options)
+                    .map(|out| (Tensor::F32(out.o), out.lse))
+            }
             _ => Err(AttentionError::MixedDtypes {
                 q: q.dtype().name(),
                 k: k.dtype().name(),
@@ -750,39 +790,28 @@ impl crate::ex06::Exercise06 for PrecisionBug {
     }
 }
 
-/// Classic mistakes in the fast exp2 and the base-2 parallel forward (exercise 07).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ParallelBug {
-    /// `n = floor(x)`: the fraction reaches 1 and the polynomial loses accuracy.
-    Exp2RoundsDown,
-    /// No clamp at -127: very negative inputs give garbage exponent bits.
-    Exp2NotClamped,
-    /// Base-2 exponentials of natural-log scores: `log2(e)` not folded into the scale.
-    NoLog2E,
-    /// `L` left in base 2.
-    LseInBase2,
-    /// The accumulator not rescaled when the maximum grows.
-    MissingRescale,
-    /// The last, shorter query tile never computed.
-    TailTileDropped,
+planted_bugs! {
+    /// Classic mistakes in the fast exp2 and the base-2 parallel forward (exercise 07).
+    pub enum ParallelBug {
+        /// `n = floor(x)`: the fraction reaches 1 and the polynomial loses accuracy.
+        Exp2RoundsDown => ex07::EXP2_ACCURACY,
+        /// No clamp at -127: very negative inputs give garbage exponent bits.
+        Exp2NotClamped => ex07::EXP2_EXACT,
+        /// Base-2 exponentials of natural-log scores: `log2(e)` not folded into the scale.
+        NoLog2E => ex07::BASE_TWO,
+        /// `L` left in base 2.
+        LseInBase2 => ex07::BASE_TWO,
+        /// The accumulator not rescaled when the maximum grows.
+        MissingRescale => ex07::ANY_TILES,
+        /// The last, shorter query tile never computed.
+        TailTileDropped => ex07::ANY_TILES,
+    }
 }
 
-impl ParallelBug {
-    /// Every planted bug.
-    pub const ALL: [Self; 6] = [
-        Self::Exp2RoundsDown,
-        Self::Exp2NotClamped,
-        Self::NoLog2E,
-        Self::LseInBase2,
-        Self::MissingRescale,
-        Self::TailTileDropped,
-    ];
-}
-
-impl crate::ex07::Exercise07 for ParallelBug {
+impl crate::ex07::Exercise07 for Planted<ParallelBug> {
     fn exp2(&self, x: f32) -> f32 {
-        let x = if *self == Self::Exp2NotClamped { x } else { x.max(-127.0) };
-        let n = if *self == Self::Exp2RoundsDown { x.floor() } else { x.round() };
+        let x = if self.has(ParallelBug::Exp2NotClamped) { x } else { x.max(-127.0) };
+        let n = if self.has(ParallelBug::Exp2RoundsDown) { x.floor() } else { x.round() };
         let t = (x - n) * std::f32::consts::LN_2;
         let p = 1.0
             + t * (1.0
@@ -802,11 +831,11 @@ impl crate::ex07::Exercise07 for ParallelBug {
         query_rows: usize,
         key_cols: usize,
     ) -> Result<AttentionOutput<f32>, AttentionError> {
-        let shape = AttentionShape::of(q, k, v)?;
+        let CheckedInputs { shape, scale } = check_inputs(q, k, v, options)?;
         lesson03::TileSizes::new(query_rows, key_cols)?;
-        let log2e = if *self == Self::NoLog2E { 1.0 } else { std::f32::consts::LOG2_E };
-        let scale = options.scale_for(shape.head_dim)? * log2e;
-        let computed_rows = if *self == Self::TailTileDropped {
+        let log2e = if self.has(ParallelBug::NoLog2E) { 1.0 } else { std::f32::consts::LOG2_E };
+        let scale = scale * log2e;
+        let computed_rows = if self.has(ParallelBug::TailTileDropped) {
             shape.q_len / query_rows * query_rows
         } else {
             shape.q_len
@@ -819,7 +848,7 @@ impl crate::ex07::Exercise07 for ParallelBug {
                 let s = scale * q.slice(s![b, h, i, ..]).dot(&k.slice(s![b, h, j, ..]));
                 let new_m = m.max(s);
                 let correction =
-                    if *self == Self::MissingRescale { 1.0 } else { self.exp2(m - new_m) };
+                    if self.has(ParallelBug::MissingRescale) { 1.0 } else { self.exp2(m - new_m) };
                 let p = self.exp2(s - new_m);
                 l = l * correction + p;
                 acc *= correction;
@@ -829,8 +858,11 @@ impl crate::ex07::Exercise07 for ParallelBug {
             if l > 0.0 {
                 out.o.slice_mut(s![b, h, i, ..]).assign(&(acc / l));
                 let base2 = m + l.log2();
-                out.lse[[b, h, i]] =
-                    if *self == Self::LseInBase2 { base2 } else { std::f32::consts::LN_2 * base2 };
+                out.lse[[b, h, i]] = if self.has(ParallelBug::LseInBase2) {
+                    base2
+                } else {
+                    std::f32::consts::LN_2 * base2
+                };
             }
         }
         Ok(out)

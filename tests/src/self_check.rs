@@ -1,14 +1,28 @@
 //! The maintainers' check of the hidden tests themselves: each lesson (the reference solution)
-//! passes every check of its exercise, and each planted-bug mutant fails at least one.
-//! (That every untouched stub reports "not started" is checked by `cargo grade --self-check`,
-//! which builds the exercise crates.)
+//! passes every check of its exercise; the planted-bug implementation with no bug switched on
+//! (the control) passes every check too; and each planted-bug mutant fails the check named as
+//! the one meant to catch it, so the hint a learner then reads fits the mistake. (That every
+//! untouched stub reports "not started" is checked by `cargo grade --self-check`, which builds
+//! the exercise crates.)
 
 use crate::check::{Check, Outcome};
 use crate::mutants::{
-    BackwardBug, Flash1Bug, NaiveBug, OnlineBug, ParallelBug, PrecisionBug, TiledBug,
+    BackwardBug, Flash1Bug, NaiveBug, OnlineBug, ParallelBug, Planted, PrecisionBug, TiledBug,
 };
 use crate::wgsl_mutants::{FLASH_BUGS, NAIVE_BUGS};
 use crate::{ex01, ex02, ex03, ex04, ex05, ex06, ex07, ex08, ex09};
+
+/// What the self-check found for one planted bug.
+pub struct MutantReport {
+    /// The bug.
+    pub name: String,
+    /// The check meant to catch it.
+    pub meant: &'static str,
+    /// Whether that check failed (`None`: no check of that name exists).
+    pub caught: Option<bool>,
+    /// The first check in grading order that failed: the one whose hint a learner reads first.
+    pub first: Option<&'static str>,
+}
 
 /// What the self-check found for one exercise.
 pub struct Report {
@@ -16,111 +30,202 @@ pub struct Report {
     pub exercise: &'static str,
     /// Checks the lesson failed, with why (must be empty).
     pub lesson_failures: Vec<String>,
-    /// Each mutant, and the first check that caught it (`None`: not caught).
-    pub mutants: Vec<(String, Option<&'static str>)>,
+    /// Checks the bug-free control failed, with why (must be empty); `None` where the lesson
+    /// itself is the control (the WGSL mutants are text changes of the lesson's shader).
+    pub control_failures: Option<Vec<String>>,
+    /// Every planted bug.
+    pub mutants: Vec<MutantReport>,
 }
 
 impl Report {
-    /// The lesson passes everything and every mutant is caught.
+    /// The lesson and the control pass everything, and every mutant is caught by its check.
     pub fn ok(&self) -> bool {
-        self.lesson_failures.is_empty() && self.mutants.iter().all(|(_, caught)| caught.is_some())
+        self.lesson_failures.is_empty()
+            && self.control_failures.as_ref().is_none_or(Vec::is_empty)
+            && self.mutants.iter().all(|m| m.caught == Some(true))
     }
 }
 
-/// Runs the lesson and every mutant of every exercise through the exercise's checks.
+/// The planted bugs of one exercise: for each, its name, the check meant to catch it and the
+/// exercise's checks run on it.
+type Mutants = Vec<(String, &'static str, Vec<Check>)>;
+
+/// Runs the lesson, the control and every mutant of every exercise through the exercise's
+/// checks.
 pub fn run() -> Vec<Report> {
+    let rust = |bug: String, meant: &'static str, checks: Vec<Check>| (bug, meant, checks);
     vec![
         report(
             "ex01",
             ex01::checks(ex01::Lesson),
-            NaiveBug::ALL.map(|b| (format!("{b:?}"), ex01::checks(b))),
+            Some(ex01::checks(Planted::<NaiveBug>::control())),
+            NaiveBug::ALL
+                .iter()
+                .map(|&b| rust(format!("{b:?}"), b.caught_by(), ex01::checks(Planted::with(b))))
+                .collect(),
         ),
         report(
             "ex02",
             ex02::checks(ex02::Lesson),
-            OnlineBug::ALL.map(|b| (format!("{b:?}"), ex02::checks(b))),
+            Some(ex02::checks(Planted::<OnlineBug>::control())),
+            OnlineBug::ALL
+                .iter()
+                .map(|&b| rust(format!("{b:?}"), b.caught_by(), ex02::checks(Planted::with(b))))
+                .collect(),
         ),
         report(
             "ex03",
-            ex03::checks(ex03::Lesson),
-            TiledBug::ALL.map(|b| (format!("{b:?}"), ex03::checks(b))),
+            ex03::checks(ex03::Lesson::default()),
+            Some(ex03::checks(Planted::<TiledBug>::control())),
+            TiledBug::ALL
+                .iter()
+                .map(|&b| rust(format!("{b:?}"), b.caught_by(), ex03::checks(Planted::with(b))))
+                .collect(),
         ),
         report(
             "ex04",
             ex04::checks(ex04::Lesson),
-            Flash1Bug::ALL.map(|b| (format!("{b:?}"), ex04::checks(b))),
+            Some(ex04::checks(Planted::<Flash1Bug>::control())),
+            Flash1Bug::ALL
+                .iter()
+                .map(|&b| rust(format!("{b:?}"), b.caught_by(), ex04::checks(Planted::with(b))))
+                .collect(),
         ),
         report(
             "ex05",
             ex05::checks(ex05::Lesson),
-            BackwardBug::ALL.map(|b| (format!("{b:?}"), ex05::checks(b))),
+            Some(ex05::checks(Planted::<BackwardBug>::control())),
+            BackwardBug::ALL
+                .iter()
+                .map(|&b| rust(format!("{b:?}"), b.caught_by(), ex05::checks(Planted::with(b))))
+                .collect(),
         ),
         report(
             "ex06",
             ex06::checks(ex06::Lesson),
-            PrecisionBug::ALL.map(|b| (format!("{b:?}"), ex06::checks(b))),
+            Some(ex06::checks(Planted::<PrecisionBug>::control())),
+            PrecisionBug::ALL
+                .iter()
+                .map(|&b| rust(format!("{b:?}"), b.caught_by(), ex06::checks(Planted::with(b))))
+                .collect(),
         ),
         report(
             "ex07",
             ex07::checks(ex07::Lesson),
-            ParallelBug::ALL.map(|b| (format!("{b:?}"), ex07::checks(b))),
+            Some(ex07::checks(Planted::<ParallelBug>::control())),
+            ParallelBug::ALL
+                .iter()
+                .map(|&b| rust(format!("{b:?}"), b.caught_by(), ex07::checks(Planted::with(b))))
+                .collect(),
         ),
         report(
             "ex08",
             ex08::checks(ex08::lesson()),
-            NAIVE_BUGS.map(|b| {
-                (b.name.to_string(), ex08::checks(ex08::Shader(b.plant(lesson08::SHADER))))
-            }),
+            None,
+            NAIVE_BUGS
+                .iter()
+                .map(|b| {
+                    let checks = ex08::checks(ex08::Shader(b.plant(lesson08::SHADER)));
+                    (b.name.to_string(), b.caught_by, checks)
+                })
+                .collect(),
         ),
         report(
             "ex09",
             ex09::checks(ex09::lesson()),
-            FLASH_BUGS.map(|b| {
-                (b.name.to_string(), ex09::checks(ex09::Shader(b.plant(lesson09::SHADER))))
-            }),
+            None,
+            FLASH_BUGS
+                .iter()
+                .map(|b| {
+                    let checks = ex09::checks(ex09::Shader(b.plant(lesson09::SHADER)));
+                    (b.name.to_string(), b.caught_by, checks)
+                })
+                .collect(),
         ),
     ]
 }
 
-fn report<const N: usize>(
-    exercise: &'static str,
-    lesson: Vec<Check>,
-    mutants: [(String, Vec<Check>); N],
-) -> Report {
-    let lesson_failures = lesson
+/// The checks of `checks` that do not pass, with why.
+fn failures(checks: &[Check]) -> Vec<String> {
+    checks
         .iter()
         .filter_map(|c| match c.run() {
             Outcome::Passed => None,
             other => Some(format!("{}: {other:?}", c.name)),
         })
-        .collect();
-    let mutants = mutants
-        .into_iter()
-        .map(|(name, checks)| {
-            let caught = checks.iter().find(|c| c.run() != Outcome::Passed).map(|c| c.name);
-            (name, caught)
-        })
-        .collect();
-    Report { exercise, lesson_failures, mutants }
+        .collect()
 }
 
-/// The self-check table: exercise, whether the lesson passes, mutants caught / planted, and
-/// which check caught each mutant.
+fn report(
+    exercise: &'static str,
+    lesson: Vec<Check>,
+    control: Option<Vec<Check>>,
+    mutants: Mutants,
+) -> Report {
+    let lesson_failures = failures(&lesson);
+    let control_failures = control.as_deref().map(failures);
+    let mutants = mutants
+        .into_iter()
+        .map(|(name, meant, checks)| {
+            // Grading order up to the first failure, then the meant check if not yet run.
+            let mut first = None;
+            let mut caught = None;
+            for check in &checks {
+                let failed = check.run() != Outcome::Passed;
+                if check.name == meant {
+                    caught = Some(failed);
+                }
+                if failed {
+                    first = Some(check.name);
+                    break;
+                }
+            }
+            if caught.is_none() {
+                caught =
+                    checks.iter().find(|c| c.name == meant).map(|c| c.run() != Outcome::Passed);
+            }
+            MutantReport { name, meant, caught, first }
+        })
+        .collect();
+    Report { exercise, lesson_failures, control_failures, mutants }
+}
+
+/// The self-check table: for each exercise, whether the lesson and the control pass, and for
+/// each mutant the check meant to catch it and whether it did.
 pub fn table(reports: &[Report]) -> String {
-    let mut out = format!("{:<9} {:<14} {:<16}\n", "exercise", "lesson passes", "mutants caught");
+    let mut out = format!(
+        "{:<9} {:<14} {:<15} {}\n",
+        "exercise", "lesson passes", "control passes", "mutants caught by their check"
+    );
     for r in reports {
-        let caught = r.mutants.iter().filter(|(_, c)| c.is_some()).count();
-        let lesson = if r.lesson_failures.is_empty() { "yes" } else { "NO" };
-        out += &format!("{:<9} {:<14} {caught} / {}\n", r.exercise, lesson, r.mutants.len());
+        let caught = r.mutants.iter().filter(|m| m.caught == Some(true)).count();
+        let yes_no = |failures: &[String]| if failures.is_empty() { "yes" } else { "NO" };
+        let control = r.control_failures.as_deref().map_or("(the lesson)", yes_no);
+        out += &format!(
+            "{:<9} {:<14} {:<15} {caught} / {}\n",
+            r.exercise,
+            yes_no(&r.lesson_failures),
+            control,
+            r.mutants.len()
+        );
         for failure in &r.lesson_failures {
             out += &format!("    lesson fails: {failure}\n");
         }
-        let width = r.mutants.iter().map(|(m, _)| m.len()).max().unwrap_or(0);
-        for (mutant, by) in &r.mutants {
-            out += &format!(
-                "    {mutant:<width$} {}\n",
-                by.map_or("NOT CAUGHT".to_string(), |c| format!("caught by: {c}"))
-            );
+        for failure in r.control_failures.iter().flatten() {
+            out += &format!("    control fails: {failure}\n");
+        }
+        let width = r.mutants.iter().map(|m| m.name.len()).max().unwrap_or(0);
+        for m in &r.mutants {
+            let verdict = match m.caught {
+                Some(true) => format!("caught by: {}", m.meant),
+                Some(false) => format!("NOT CAUGHT by: {}", m.meant),
+                None => format!("NO CHECK NAMED: {}", m.meant),
+            };
+            let first = match m.first {
+                Some(first) if first != m.meant => format!(" (first to fail: {first})"),
+                _ => String::new(),
+            };
+            out += &format!("    {:<width$} {verdict}{first}\n", m.name);
         }
     }
     out

@@ -1,5 +1,11 @@
-//! The hidden checks pass on every lesson and catch every planted-bug mutant.
-//! (One test in this binary: the quiet panic hook is process-wide.)
+//! The hidden checks pass on every lesson and on every bug-free control, and catch every
+//! planted-bug mutant with the check meant to catch it.
+//! (One test in this binary: the quiet panic hook is process-wide, and the memory checks need
+//! no other test allocating beside them.)
+
+// The memory checks of exercises 03 and 05 measure with the counting allocator.
+#[global_allocator]
+static ALLOC: reference::memory::CountingAllocator = reference::memory::CountingAllocator;
 
 #[test]
 fn lessons_pass_and_every_mutant_is_caught() {

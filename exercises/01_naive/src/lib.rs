@@ -11,7 +11,9 @@
 #![allow(unused_variables, unused_imports)]
 
 use ndarray::{Array3, Array4, s};
-use reference::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
+use reference::{
+    AttentionError, AttentionOptions, AttentionOutput, AttentionShape, CheckedInputs, check_inputs,
+};
 
 /// Naive attention: `q [B, H, Nq, D]`, `k [B, H, Nkv, D]`, `v [B, H, Nkv, D]` ->
 /// `O [B, H, Nq, D]` and the logsumexp `L [B, H, Nq]`.
@@ -21,9 +23,8 @@ pub fn attention(
     v: &Array4<f32>,
     options: &AttentionOptions,
 ) -> Result<AttentionOutput<f32>, AttentionError> {
-    // TODO 1: validate the inputs and find the scale:
-    //         `let shape = AttentionShape::of(q, k, v)?;`
-    //         `let scale = options.scale_for(shape.head_dim)?;`
+    // TODO 1: check the inputs (shapes, NaN and infinities, the scale) and find the scale:
+    //         `let CheckedInputs { shape, scale } = check_inputs(q, k, v, options)?;`
     // TODO 2: S = scale * Q Kᵀ for every batch b and head h: an array [B, H, Nq, Nkv].
     // TODO 3: if `options.causal`, set S[b, h, i, j] = -inf for every key
     //         j >= shape.visible_keys(i, true).

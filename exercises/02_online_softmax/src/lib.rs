@@ -11,7 +11,9 @@
 #![allow(unused_variables, unused_imports)]
 
 use ndarray::{Array1, Array4, s};
-use reference::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
+use reference::{
+    AttentionError, AttentionOptions, AttentionOutput, AttentionShape, CheckedInputs, check_inputs,
+};
 
 /// `e^x_i / sum_j e^x_j` exactly as written (given): it overflows for inputs above about 88.
 pub fn naive_softmax(x: &[f32]) -> Vec<f32> {
@@ -79,7 +81,7 @@ pub fn attention(
     v: &Array4<f32>,
     options: &AttentionOptions,
 ) -> Result<AttentionOutput<f32>, AttentionError> {
-    // TODO 1: validate (AttentionShape::of, options.scale_for) and start from
+    // TODO 1: validate (check_inputs: shapes, NaN, the scale) and start from
     //         `AttentionOutput::empty(&shape)` (O = 0, L = -inf everywhere).
     // TODO 2: for every batch b, head h and query row i, for each visible key j
     //         (j < shape.visible_keys(i, options.causal)):

@@ -12,7 +12,9 @@
 
 use ndarray::linalg::general_mat_mul;
 use ndarray::{Array1, Array2, Array4, ArrayView2, ArrayViewMut1, ArrayViewMut2, s};
-use reference::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
+use reference::{
+    AttentionError, AttentionOptions, AttentionOutput, AttentionShape, CheckedInputs, check_inputs,
+};
 
 /// Tile sizes: `Br` query rows per outer tile and `Bc` keys per inner tile (given).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,6 +50,39 @@ impl TileSizes {
     pub fn key_cols(&self) -> usize {
         self.key_cols
     }
+
+    /// The tiles clamped to the problem: a tile larger than the sequence it cuts is one tile of
+    /// the whole sequence (given).
+    pub fn fitted_to(self, shape: &AttentionShape) -> Self {
+        Self {
+            query_rows: self.query_rows.min(shape.q_len),
+            key_cols: self.key_cols.min(shape.kv_len),
+        }
+    }
+}
+
+/// `S = scale · Q_t K_tᵀ` for one tile pair: `q_tile [Br, D]`, `k_tile [Bc, D]`, written into
+/// `s [Br, Bc]` (given). Compute every tile's scores with it, once per tile: it also counts
+/// the tiles it computes, which is how the grader sees that the causal tiles right of the
+/// diagonal are skipped.
+pub fn tile_scores(
+    scale: f32,
+    q_tile: ArrayView2<f32>,
+    k_tile: ArrayView2<f32>,
+    s: &mut ArrayViewMut2<f32>,
+) {
+    TILES_COMPUTED.with(|count| count.set(count.get() + 1));
+    general_mat_mul(scale, &q_tile, &k_tile.t(), 0.0, s);
+}
+
+thread_local! {
+    static TILES_COMPUTED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// How many tiles [`tile_scores`] has computed on this thread so far (given; the grader reads
+/// it).
+pub fn tiles_computed() -> usize {
+    TILES_COMPUTED.with(|count| count.get())
 }
 
 /// Tiled FlashAttention-2 forward: `q [B,H,Nq,D]`, `k [B,H,Nkv,D]`, `v [B,H,Nkv,D]` ->
@@ -59,13 +94,15 @@ pub fn attention(
     options: &AttentionOptions,
     tiles: TileSizes,
 ) -> Result<AttentionOutput<f32>, AttentionError> {
-    // TODO 1: validate (AttentionShape::of, options.scale_for); start from
+    // TODO 1: validate: `let CheckedInputs { shape, scale } = check_inputs(q, k, v, options)?;`
+    //         (shapes, NaN and infinities, the scale); `tiles.fitted_to(&shape)` (a tile larger
+    //         than the sequence is one tile of all of it); start from
     //         `AttentionOutput::empty(&shape)`.
     // TODO 2: for every batch and head, for each tile of Br query rows (the last may be
     //         shorter): a RunningState for its rows, then for each tile of Bc keys:
     //           - causal: if the tile's LAST row cannot see the tile's first key, no row can:
     //             skip this and every later key tile;
-    //           - S = scale * Q_tile K_tileᵀ  (Br x Bc; `general_mat_mul` does it);
+    //           - S = scale * Q_tile K_tileᵀ  (Br x Bc) with `tile_scores`;
     //           - causal: set S to -inf where row i may not see key j
     //             (j >= shape.visible_keys(i, true));
     //           - state.update(S, V_tile).

@@ -16,7 +16,9 @@ use lesson03::{TileKind, TileSizes, mask_future_keys};
 use lesson04::{Run, TileCounts, TwoLevelMemory, tile_ranges, working_set_bytes};
 use ndarray::linalg::general_mat_mul;
 use ndarray::{Array1, Array2, Array3, Array4, s};
-use reference::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
+use reference::{
+    AttentionError, AttentionOptions, AttentionOutput, AttentionShape, CheckedInputs, check_inputs,
+};
 
 /// What the causal mask does to the tile pair `query_rows x keys`: `Full` (every row sees
 /// every key, or there is no mask), `Masked` (some entries are hidden) or `Skipped` (no row
@@ -42,7 +44,8 @@ pub fn attention(
     tiles: TileSizes,
     fast_bytes: usize,
 ) -> Result<Run, AttentionError> {
-    // TODO 1: validate; create the memory and reserve working_set_bytes(tiles, D) in it.
+    // TODO 1: validate (check_inputs); clamp the tiles (tiles.fitted_to(&shape)); create the
+    //         memory and reserve working_set_bytes(tiles, D) in it.
     // TODO 2: slow memory: O = 0 (AttentionOutput::empty), m = -inf and l = 0 for every row.
     // TODO 3: for every batch and head, for each K/V tile (load K_j and V_j once):
     //           for each Q tile: classify and count (TileCounts::add); skip Skipped pairs

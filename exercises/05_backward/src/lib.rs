@@ -14,8 +14,8 @@ use lesson03::{TileKind, TileSizes, classify_tile, mask_future_keys};
 use ndarray::linalg::general_mat_mul;
 use ndarray::{Array1, Array2, Array4, s};
 use reference::{
-    AttentionError, AttentionOptions, AttentionOutput, AttentionShape, Gradients, check_lse_shape,
-    check_same_shape,
+    AttentionError, AttentionOptions, AttentionOutput, AttentionShape, CheckedInputs, Gradients,
+    check_finite, check_inputs, check_logsumexp, check_lse_shape, check_same_shape,
 };
 
 /// The tiled backward pass: `q [B,H,Nq,D]`, `k`, `v [B,H,Nkv,D]`, the forward pass's
@@ -29,9 +29,10 @@ pub fn backward(
     d_o: &Array4<f32>,
     tiles: TileSizes,
 ) -> Result<Gradients<f32>, AttentionError> {
-    // TODO 1: validate: AttentionShape::of(q, k, v)?, check_same_shape("dO", d_o, "Q", q)?,
-    //         check_same_shape("O", &forward.o, "Q", q)?, check_lse_shape(&forward.lse, q)?,
-    //         and the scale.
+    // TODO 1: validate: check_inputs(q, k, v, options)? (shapes, NaN, the scale), then
+    //         check_same_shape("dO", d_o, "Q", q)?, check_same_shape("O", &forward.o, "Q", q)?,
+    //         check_lse_shape(&forward.lse, q)?, and the values: check_finite("dO", d_o)?,
+    //         check_finite("O", &forward.o)?, check_logsumexp(&forward.lse, &shape, causal)?.
     // TODO 2: per batch and head, D_i = dO_i . O_i for every query row.
     // TODO 3: for each K/V tile j (outer loop): dK_j = dV_j = 0; for each query tile i that is
     //         not Skipped: S = scale Q_i K_jᵀ (masked if Masked); P = e^(S - L_i) (0 for a

@@ -14,7 +14,7 @@ use half::{bf16, f16};
 use lesson06::policy::Tensor;
 use lesson06::{Element, Output};
 use ndarray::{Array3, Array4, s};
-use reference::{AttentionError, AttentionOptions, AttentionShape};
+use reference::{AttentionError, AttentionOptions, AttentionShape, CheckedInputs, check_inputs};
 
 /// Attention on `T` storage (`T` is f32, f16 or bf16): `O [B,H,Nq,D]` in `T`, the logsumexp
 /// `L [B,H,Nq]` in f32. Widen with `x.to_f32()`, round with `T::from_f32(x)`.
@@ -24,7 +24,7 @@ pub fn attention<T: Element>(
     v: &Array4<T>,
     options: &AttentionOptions,
 ) -> Result<Output<T>, AttentionError> {
-    // TODO 1: validate (AttentionShape::of, options.scale_for) and start O at T::from_f32(0.0)
+    // TODO 1: validate (check_inputs works on any T) and start O at T::from_f32(0.0)
     //         and L at -inf.
     // TODO 2: for every batch, head and query row, stream over the visible keys as in
     //         exercise 02, with the score, the running max m, the running sum l and the

@@ -13,7 +13,9 @@ use lesson03::{TileKind, TileSizes, classify_tile, mask_future_keys};
 use ndarray::linalg::general_mat_mul;
 use ndarray::{Array1, Array2, Array4, ArrayViewMut1, ArrayViewMut2, Axis, s};
 use rayon::prelude::*;
-use reference::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
+use reference::{
+    AttentionError, AttentionOptions, AttentionOutput, AttentionShape, CheckedInputs, check_inputs,
+};
 
 /// `2^x` for `x <= 0` (and `-inf`), with plain arithmetic only, relative error below `2e-7`,
 /// and exactly 0 once `2^x` is below `2^-126`.
@@ -34,7 +36,8 @@ pub fn attention(
     options: &AttentionOptions,
     tiles: TileSizes,
 ) -> Result<AttentionOutput<f32>, AttentionError> {
-    // TODO 1: validate; scale_log2 = options.scale_for(D)? * LOG2_E; out = AttentionOutput::empty.
+    // TODO 1: validate (check_inputs gives the scale); scale_log2 = scale * LOG2_E;
+    //         out = AttentionOutput::empty.
     // TODO 2: cut the output into disjoint tiles: view O as [B*H, Nq, D] and L as [B*H, Nq],
     //         and split each head's rows with `split_at(Axis(0), rows)`.
     // TODO 3: `tasks.into_par_iter().for_each(...)`: each task runs chapter 3's inner loop on

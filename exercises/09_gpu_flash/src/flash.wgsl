@@ -32,6 +32,10 @@ struct Params {
 @group(0) @binding(3) var<storage, read> v: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read_write> o: array<vec4<f32>>;
 @group(0) @binding(5) var<storage, read_write> lse: array<f32>;
+// Given: how many tiles of keys each workgroup loaded, [slices, query tiles]. load_tile counts
+// them and the end of flash_forward writes the count: the grader checks causal skipping with it.
+@group(0) @binding(6) var<storage, read_write> tiles_loaded: array<u32>;
+var<private> my_tiles_loaded: u32 = 0u;
 
 var<workgroup> k_tile: array<vec4<f32>, BLOCK_KV * CHUNKS>;
 var<workgroup> v_tile: array<vec4<f32>, BLOCK_KV * CHUNKS>;
@@ -50,6 +54,7 @@ fn visible_keys(row: u32) -> u32 {
 // Copies keys and values [kv_start, kv_start + BLOCK_KV) of `slice` into k_tile and v_tile,
 // every thread a share.
 fn load_tile(slice: u32, kv_start: u32, thread: u32) {
+    my_tiles_loaded += 1u;  // given: load every tile with this function
     // TODO: keys = min(BLOCK_KV, Nkv - kv_start); copy the keys * CHUNKS vec4s that start at
     //       (slice * Nkv + kv_start) * CHUNKS, thread t taking t, t + BLOCK_Q, ...
 }
@@ -57,6 +62,7 @@ fn load_tile(slice: u32, kv_start: u32, thread: u32) {
 @compute @workgroup_size(BLOCK_Q)
 fn flash_forward(
     @builtin(workgroup_id) tile: vec3<u32>,
+    @builtin(num_workgroups) grid: vec3<u32>,
     @builtin(local_invocation_index) thread: u32,
 ) {
     let slice = tile.y;
@@ -77,4 +83,9 @@ fn flash_forward(
     //       3. if row_valid: o = acc / l and lse = m + ln(l), or O = 0 and L = -inf when the
     //          row saw no key (var bits = 0xff800000u; bitcast<f32>(bits)).
     workgroupBarrier();
+
+    // Given: report how many tiles this workgroup loaded.
+    if thread == 0u {
+        tiles_loaded[slice * grid.x + tile.x] = my_tiles_loaded;
+    }
 }

@@ -16,9 +16,7 @@
 //! once, keeping only `(m, l)` and an unnormalised output row, never a row of `S` or `P`.
 
 use ndarray::{Array1, Array4, s};
-use reference::{
-    AttentionError, AttentionOptions, AttentionOutput, CheckedInputs, check_inputs,
-};
+use reference::{AttentionError, AttentionOptions, AttentionOutput, CheckedInputs, check_inputs};
 
 // ANCHOR: naive
 /// `e^x_i / sum_j e^x_j` exactly as written. Overflows to `NaN` for inputs above about 88.

@@ -4,9 +4,7 @@
 use lesson03::{RunningState, TileKind, TileSizes, classify_tile, mask_future_keys};
 use ndarray::linalg::general_mat_mul;
 use ndarray::{Array4, s};
-use reference::{
-    AttentionError, AttentionOptions, AttentionOutput, CheckedInputs, check_inputs,
-};
+use reference::{AttentionError, AttentionOptions, AttentionOutput, CheckedInputs, check_inputs};
 
 use crate::{FastBuffers, Run, TileCounts, TwoLevelMemory, tile_ranges};
 

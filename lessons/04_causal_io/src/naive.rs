@@ -4,9 +4,7 @@ use lesson02::SoftmaxState;
 use lesson03::{TileKind, TileSizes, classify_tile, mask_future_keys};
 use ndarray::linalg::general_mat_mul;
 use ndarray::{Array2, Array4, s};
-use reference::{
-    AttentionError, AttentionOptions, AttentionOutput, CheckedInputs, check_inputs,
-};
+use reference::{AttentionError, AttentionOptions, AttentionOutput, CheckedInputs, check_inputs};
 
 use crate::{FastBuffers, Run, TileCounts, TwoLevelMemory, tile_ranges};
 

@@ -74,7 +74,15 @@ fn tiles_far_larger_than_the_problem_are_clamped_to_it() {
     for (name, algorithm) in ALGORITHMS {
         let huge = TileSizes::new(64, 1 << 40).unwrap();
         let run = algorithm(&x, &x, &x, &AttentionOptions::new(), huge, usize::MAX).unwrap();
-        let exact = algorithm(&x, &x, &x, &AttentionOptions::new(), TileSizes::new(8, 8).unwrap(), usize::MAX).unwrap();
+        let exact = algorithm(
+            &x,
+            &x,
+            &x,
+            &AttentionOptions::new(),
+            TileSizes::new(8, 8).unwrap(),
+            usize::MAX,
+        )
+        .unwrap();
         assert_eq!(run, exact, "{name}");
     }
 }

@@ -4,7 +4,9 @@
 use lesson03::TileSizes;
 use ndarray::Array4;
 use proptest::prelude::*;
-use reference::checks::{Backward, check_backward_against_oracle, oracle_forward_in_f32, random_d_o};
+use reference::checks::{
+    Backward, check_backward_against_oracle, oracle_forward_in_f32, random_d_o,
+};
 use reference::strategies::{Case, ShapeLimits, cases, config, tile_size};
 use reference::{
     AttentionError, AttentionOptions, AttentionOutput, NonFiniteValue, Problem, ProblemSpec,
@@ -133,16 +135,26 @@ fn bad_values_of_do_o_and_l_are_errors() {
     all_empty.lse.fill(f32::NEG_INFINITY);
     assert_eq!(
         run(&all_empty, &d_o),
-        AttentionError::InvalidLogsumexp { index: [0, 0, 1], value: f32::NEG_INFINITY, visible_keys: 1 }
+        AttentionError::InvalidLogsumexp {
+            index: [0, 0, 1],
+            value: f32::NEG_INFINITY,
+            visible_keys: 1
+        }
     );
     let mut nan_o = forward.clone();
     nan_o.o[[0, 1, 2, 3]] = f32::NAN;
     let value = NonFiniteValue::NaN;
-    assert_eq!(run(&nan_o, &d_o), AttentionError::NonFinite { tensor: "O", index: vec![0, 1, 2, 3], value });
+    assert_eq!(
+        run(&nan_o, &d_o),
+        AttentionError::NonFinite { tensor: "O", index: vec![0, 1, 2, 3], value }
+    );
     let mut inf_d_o = d_o.clone();
     inf_d_o[[0, 0, 1, 0]] = f32::INFINITY;
     let value = NonFiniteValue::PlusInfinity;
-    assert_eq!(run(&forward, &inf_d_o), AttentionError::NonFinite { tensor: "dO", index: vec![0, 0, 1, 0], value });
+    assert_eq!(
+        run(&forward, &inf_d_o),
+        AttentionError::NonFinite { tensor: "dO", index: vec![0, 0, 1, 0], value }
+    );
     let mut nan_k = p.clone();
     nan_k.k[[0, 0, 1, 1]] = f32::NAN;
     let err = lesson05::backward(&nan_k.q, &nan_k.k, &nan_k.v, &p.options, &forward, &d_o, tiles);
@@ -156,6 +168,7 @@ fn tiles_far_larger_than_the_problem_are_clamped_to_it() {
     let d_o = Array4::<f32>::ones((1, 1, 6, 3));
     let exact = TileSizes::new(6, 5).unwrap();
     let huge = TileSizes::new(64, usize::MAX).unwrap();
-    let backward = |tiles| lesson05::backward(&p.q, &p.k, &p.v, &p.options, &forward, &d_o, tiles).unwrap();
+    let backward =
+        |tiles| lesson05::backward(&p.q, &p.k, &p.v, &p.options, &forward, &d_o, tiles).unwrap();
     assert_eq!(backward(huge), backward(exact));
 }

@@ -136,7 +136,10 @@ pub fn flash_rounding_weights<T: Element>(
                 p.mapv_inplace(|w| T::from_f32(w).to_f32()); // P rounded to T for the product
                 state.add_weighted_values(p.view(), v.slice(s![b, h, keys, ..]));
             }
-            state.finish(out.o.slice_mut(s![b, h, rows.clone(), ..]), out.lse.slice_mut(s![b, h, rows]));
+            state.finish(
+                out.o.slice_mut(s![b, h, rows.clone(), ..]),
+                out.lse.slice_mut(s![b, h, rows]),
+            );
         }
     }
     Ok(Output { o: round_to(&out.o), lse: out.lse })

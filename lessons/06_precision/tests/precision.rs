@@ -30,7 +30,11 @@ enum Kernel {
 /// Runs `T`-storage attention on the case's inputs rounded to `T`, and compares it with the
 /// oracle on those same rounded inputs (so only the computation's error is measured), within
 /// `tolerance`. For the flash kernels `L` is held to the f32 bound: it must stay f32.
-fn check_in<T: Element>(case: &Case, kernel: Kernel, tolerance: Tolerance) -> Result<(), TestCaseError> {
+fn check_in<T: Element>(
+    case: &Case,
+    kernel: Kernel,
+    tolerance: Tolerance,
+) -> Result<(), TestCaseError> {
     let p = case.problem();
     let (q, k, v) = (round_to::<T>(&p.q), round_to::<T>(&p.k), round_to::<T>(&p.v));
     let expected = oracle::expected(&widen(&q), &widen(&k), &widen(&v), &p.options).unwrap();
@@ -237,7 +241,8 @@ fn rounding_p_before_pv_costs_accuracy_that_rounding_only_o_does_not() {
     let expected = oracle::attention(&widen(&q), &widen(&k), &widen(&v), &p.options).unwrap();
     let tiles = lesson03::TileSizes::default();
     let error = |o: &ndarray::Array4<f16>| {
-        let squares: f64 = widen(o).iter().zip(&expected.o).map(|(&a, &r)| (f64::from(a) - r).powi(2)).sum();
+        let squares: f64 =
+            widen(o).iter().zip(&expected.o).map(|(&a, &r)| (f64::from(a) - r).powi(2)).sum();
         (squares / o.len() as f64).sqrt()
     };
     let only_o = error(&flash(&q, &k, &v, &p.options, tiles).unwrap().o);

@@ -16,8 +16,9 @@
 //! it through the course's `gpu` crate.
 
 use gpu::attention::{AttentionBuffers, AttentionKernel};
-use gpu::kernel::{Dispatch, bind, check_loop_iterations, compile, workgroup_count};
-use ndarray::Array4;
+use gpu::buffers;
+use gpu::kernel::{Dispatch, bind, check_loop_iterations, compile, launch, workgroup_count};
+use ndarray::{Array2, Array4};
 use reference::{
     AttentionError, AttentionOptions, AttentionOutput, AttentionShape, CheckedInputs, check_inputs,
 };
@@ -132,17 +133,20 @@ fn check_fits(
 // ANCHOR_END: check_fits
 
 // ANCHOR: dispatches
-impl AttentionKernel for FlashAttention {
-    /// The shader reads rows as `vec4<f32>`.
-    fn row_alignment(&self) -> usize {
-        4
+impl FlashAttention {
+    /// The grid of workgroups for `shape`: `(query tiles, slices)`, `ceil(Nq / Br) x (B * H)`.
+    pub fn grid(&self, shape: &AttentionShape) -> (usize, usize) {
+        (shape.q_len.div_ceil(self.tiles.query_rows()), shape.batch * shape.heads)
     }
 
-    fn dispatches(
+    /// The kernel's one dispatch on the buffers `io`; it writes how many tiles of keys each
+    /// workgroup loaded into `tiles_loaded` (one `u32` per workgroup of [`grid`](Self::grid)).
+    pub fn dispatch(
         &self,
         device: &wgpu::Device,
         io: &AttentionBuffers,
-    ) -> Result<Vec<Dispatch>, AttentionError> {
+        tiles_loaded: &wgpu::Buffer,
+    ) -> Result<Dispatch, AttentionError> {
         let shape = &io.shape;
         if shape.head_dim != self.head_dim {
             return Err(AttentionError::Gpu(format!(
@@ -154,17 +158,41 @@ impl AttentionKernel for FlashAttention {
         let bind_group = bind(
             device,
             &self.pipeline,
-            &[(0, &io.params), (1, &io.q), (2, &io.k), (3, &io.v), (4, &io.o), (5, &io.lse)],
+            &[
+                (0, &io.params),
+                (1, &io.q),
+                (2, &io.k),
+                (3, &io.v),
+                (4, &io.o),
+                (5, &io.lse),
+                (6, tiles_loaded),
+            ],
         )?;
         check_loop_iterations(device, "flash_forward", loop_iterations(self.tiles, shape))?;
-        let query_tiles = shape.q_len.div_ceil(self.tiles.query_rows());
-        let slices = shape.batch * shape.heads;
-        Ok(vec![Dispatch {
+        let (query_tiles, slices) = self.grid(shape);
+        Ok(Dispatch {
             label: "flash_forward",
             pipeline: self.pipeline.clone(),
             bind_group,
             workgroups: [workgroup_count(query_tiles), workgroup_count(slices), 1],
-        }])
+        })
+    }
+}
+
+impl AttentionKernel for FlashAttention {
+    /// The shader reads rows as `vec4<f32>`.
+    fn row_alignment(&self) -> usize {
+        4
+    }
+
+    fn dispatches(
+        &self,
+        device: &wgpu::Device,
+        io: &AttentionBuffers,
+    ) -> Result<Vec<Dispatch>, AttentionError> {
+        let (query_tiles, slices) = self.grid(&io.shape);
+        let tiles_loaded = buffers::storage::<u32>(device, "tiles loaded", query_tiles * slices)?;
+        Ok(vec![self.dispatch(device, io, &tiles_loaded)?])
     }
 }
 // ANCHOR_END: dispatches
@@ -216,6 +244,34 @@ pub fn attention_with_shader(
     let kernel = FlashAttention::from_source(device, source, tiles, shape.head_dim)?;
     gpu::attention::attention_on(device, queue, &kernel, q, k, v, options)
 }
+
+// ANCHOR: tiles_loaded
+/// [`attention_with_shader`], and how many tiles of keys each workgroup loaded: `[B * H,
+/// ceil(Nq / Br)]`. Without the mask every workgroup loads `ceil(Nkv / Bc)` tiles; with it, a
+/// workgroup loads only the tiles its last row sees, `ceil(visible_keys(last row) / Bc)`.
+#[allow(clippy::too_many_arguments)] // attention_with_shader's arguments
+pub fn tiles_loaded_with_shader(
+    device: &wgpu::Device,
+    queue: &wgpu::Queue,
+    source: &str,
+    q: &Array4<f32>,
+    k: &Array4<f32>,
+    v: &Array4<f32>,
+    options: &AttentionOptions,
+    tiles: TileSizes,
+) -> Result<(AttentionOutput<f32>, Array2<u32>), AttentionError> {
+    let CheckedInputs { shape, .. } = check_inputs(q, k, v, options)?;
+    let kernel = FlashAttention::from_source(device, source, tiles, shape.head_dim)?;
+    let io = AttentionBuffers::upload(device, q, k, v, options, kernel.row_alignment())?;
+    let (query_tiles, slices) = kernel.grid(&shape);
+    let tiles_loaded = buffers::storage::<u32>(device, "tiles loaded", query_tiles * slices)?;
+    launch(device, queue, &[kernel.dispatch(device, &io, &tiles_loaded)?], None)?;
+    let counts = buffers::download::<u32>(device, queue, &tiles_loaded)?;
+    let counts =
+        Array2::from_shape_vec((slices, query_tiles), counts).expect("one count per workgroup");
+    Ok((io.read_output(device, queue)?, counts))
+}
+// ANCHOR_END: tiles_loaded
 
 /// [`attention_on`] on the process's shared GPU ([`gpu::Gpu::shared`]).
 pub fn attention(

@@ -221,3 +221,37 @@ fn a_kernel_compiled_for_another_head_dim_is_an_error() {
     .unwrap_err();
     assert!(err.to_string().contains("compiled for head_dim = 8"), "{err}");
 }
+
+/// The kernel loads exactly the tiles of keys some row of its workgroup sees: all of them
+/// without the mask, a staircase with it (counted by the shader itself).
+#[test]
+fn causal_tiles_right_of_the_diagonal_are_never_loaded() {
+    let Some(gpu) = gpu::for_tests() else { return };
+    let tiles = TileSizes::new(16, 8).unwrap();
+    for (q_len, kv_len, causal) in [(40, 40, true), (40, 70, true), (70, 40, true), (40, 70, false)]
+    {
+        let p = Problem::random(&ProblemSpec::new(1, 2, q_len, kv_len, 8).causal(causal), 1);
+        let (out, loaded) = lesson09::tiles_loaded_with_shader(
+            &gpu.device,
+            &gpu.queue,
+            lesson09::SHADER,
+            &p.q,
+            &p.k,
+            &p.v,
+            &p.options,
+            tiles,
+        )
+        .unwrap();
+        let shape = ProblemSpec::new(1, 2, q_len, kv_len, 8).shape();
+        for ((_, query_tile), &count) in loaded.indexed_iter() {
+            let last_row = ((query_tile + 1) * 16).min(q_len) - 1;
+            let expected = shape.visible_keys(last_row, causal).div_ceil(8);
+            assert_eq!(
+                count as usize, expected,
+                "Nq={q_len} Nkv={kv_len} causal={causal}, query tile {query_tile}"
+            );
+        }
+        let expected = oracle::expected(&p.q, &p.k, &p.v, &p.options).unwrap();
+        reference::assert_close(&out, &expected, TOLERANCE);
+    }
+}

@@ -68,7 +68,9 @@ fn precision_stages<T: Element>(case: &Case, tiles: TileSizes, worst: &mut Worst
     let (q, k, v) = (round_to::<T>(&p.q), round_to::<T>(&p.k), round_to::<T>(&p.v));
     let expected = oracle::expected(&widen(&q), &widen(&k), &widen(&v), &p.options).unwrap();
     let (output, weights, storage) = match T::DTYPE {
-        lesson06::Dtype::F16 => (Tolerance::F16_OUTPUT, Tolerance::F16_WEIGHTS, Tolerance::F16_STORAGE),
+        lesson06::Dtype::F16 => {
+            (Tolerance::F16_OUTPUT, Tolerance::F16_WEIGHTS, Tolerance::F16_STORAGE)
+        }
         lesson06::Dtype::BF16 => {
             (Tolerance::BF16_OUTPUT, Tolerance::BF16_WEIGHTS, Tolerance::BF16_STORAGE)
         }
@@ -80,11 +82,18 @@ fn precision_stages<T: Element>(case: &Case, tiles: TileSizes, worst: &mut Worst
     let name = T::DTYPE.name();
     let runs = [
         ("flash", lesson06::flash(&q, &k, &v, &p.options, tiles), output),
-        ("flash, P rounded", lesson06::flash_rounding_weights(&q, &k, &v, &p.options, tiles), weights),
+        (
+            "flash, P rounded",
+            lesson06::flash_rounding_weights(&q, &k, &v, &p.options, tiles),
+            weights,
+        ),
         ("naive, S and P stored", lesson06::naive(&q, &k, &v, &p.options), storage),
     ];
     for (kernel, out, tolerance) in runs {
-        worst.record(&format!("lesson06 {name} {kernel}"), forward_ratio(widened(out), &expected, tolerance));
+        worst.record(
+            &format!("lesson06 {name} {kernel}"),
+            forward_ratio(widened(out), &expected, tolerance),
+        );
     }
 }
 
@@ -108,15 +117,27 @@ fn main() {
             ("lesson01 naive", lesson01::attention(q, k, v, o)),
             ("lesson02 online", lesson02::attention(q, k, v, o)),
             ("lesson03 tiled", lesson03::attention(q, k, v, o, tiles)),
-            ("lesson04 flash1", lesson04::flash1::attention(q, k, v, o, tiles, usize::MAX).map(|r| r.output)),
-            ("lesson04 flash2", lesson04::flash2::attention(q, k, v, o, tiles, usize::MAX).map(|r| r.output)),
-            ("lesson04 naive", lesson04::naive::attention(q, k, v, o, tiles, usize::MAX).map(|r| r.output)),
+            (
+                "lesson04 flash1",
+                lesson04::flash1::attention(q, k, v, o, tiles, usize::MAX).map(|r| r.output),
+            ),
+            (
+                "lesson04 flash2",
+                lesson04::flash2::attention(q, k, v, o, tiles, usize::MAX).map(|r| r.output),
+            ),
+            (
+                "lesson04 naive",
+                lesson04::naive::attention(q, k, v, o, tiles, usize::MAX).map(|r| r.output),
+            ),
             ("lesson07 parallel", lesson07::attention(q, k, v, o, tiles)),
         ];
         for (stage, out) in f32_runs {
             worst.record(stage, forward_ratio(out, &expected, Tolerance::F32));
         }
-        for (dtype, tolerance) in [(lesson06::Dtype::F16, Tolerance::F16_STORAGE), (lesson06::Dtype::BF16, Tolerance::BF16_STORAGE)] {
+        for (dtype, tolerance) in [
+            (lesson06::Dtype::F16, Tolerance::F16_STORAGE),
+            (lesson06::Dtype::BF16, Tolerance::BF16_STORAGE),
+        ] {
             let out = lesson06::policy::attention_in_precision(q, k, v, o, dtype);
             let stage = format!("lesson06 {} end to end", dtype.name());
             worst.record(&stage, forward_ratio(out, &expected, tolerance));
@@ -134,10 +155,14 @@ fn main() {
                 eprintln!("lesson05 beyond the unit bound: {case:?} {tiles:?}\n{e}");
                 let allowed = unit(Tolerance::F32).allowed_gradients(&expected);
                 let g = &expected.gradients;
-                [(&grads.dq, &g.dq, &allowed.dq), (&grads.dk, &g.dk, &allowed.dk), (&grads.dv, &g.dv, &allowed.dv)]
-                    .into_iter()
-                    .map(|(a, e, b)| reference::compare("", a, e, b).unwrap().worst_ratio)
-                    .fold(0.0, f64::max)
+                [
+                    (&grads.dq, &g.dq, &allowed.dq),
+                    (&grads.dk, &g.dk, &allowed.dk),
+                    (&grads.dv, &g.dv, &allowed.dv),
+                ]
+                .into_iter()
+                .map(|(a, e, b)| reference::compare("", a, e, b).unwrap().worst_ratio)
+                .fold(0.0, f64::max)
             }
         };
         worst.record("lesson05 backward", ratio);
@@ -148,8 +173,10 @@ fn main() {
             println!("GPU: {}", gpu.describe());
             let raw = (1..=256usize, 1..=lesson09::MAX_BLOCK_KV);
             for _ in 0..gpu_cases {
-                let (case, (br, bc)) =
-                    (cases(ShapeLimits::GPU), raw.clone()).new_tree(&mut runner).expect("a case").current();
+                let (case, (br, bc)) = (cases(ShapeLimits::GPU), raw.clone())
+                    .new_tree(&mut runner)
+                    .expect("a case")
+                    .current();
                 let bc = bc.min(lesson09::largest_key_tile(&gpu.device, case.spec.head_dim));
                 let tiles = TileSizes::new(br, bc).unwrap();
                 let p = case.problem();

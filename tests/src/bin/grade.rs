@@ -4,11 +4,16 @@
 //! cargo grade              grade every exercise, then print the progress list
 //! cargo grade ex03         grade one exercise (several may be named), then the list
 //! cargo grade --list       print the progress list without grading
-//! cargo grade --self-check maintainers: lessons pass, mutants are caught, stubs are not started
+//! cargo grade --self-check maintainers: lessons and controls pass, every mutant is caught by
+//!                          its check, stubs are not started
+//! cargo grade --stress [ROUNDS]  maintainers: the in-process self-check ROUNDS times (20 by
+//!                          default), each from a new seed with 20 times the random cases
+//! cargo grade --stress --seed S  one such round from seed S (to reproduce a failure)
 //! ```
 //!
 //! Each exercise is built and run on its own (`cargo test -p exNN --test hidden`), so one that
-//! does not compile never stops the others from being graded.
+//! does not compile never stops the others from being graded. The workspace is found from the
+//! current directory, as cargo finds it.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -30,11 +35,23 @@ const EXERCISES: [(&str, &str, &str); 9] = [
     ("ex09", "exercises/09_gpu_flash", "FlashAttention forward in WGSL"),
 ];
 
-const USAGE: &str = "usage: cargo grade [exNN ...] | --list | --self-check";
+const USAGE: &str =
+    "usage: cargo grade [exNN ...] | --list | --self-check | --stress [ROUNDS | --seed SEED]";
+
+// The memory checks of exercises 03 and 05 measure with the counting allocator; the
+// self-check runs them in this process.
+#[global_allocator]
+static ALLOC: reference::memory::CountingAllocator = reference::memory::CountingAllocator;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let root = workspace_root();
+    let root = match workspace_root() {
+        Ok(root) => root,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return ExitCode::from(2);
+        }
+    };
     match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
         ["--help" | "-h"] => {
             println!("{USAGE}");
@@ -45,6 +62,21 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         ["--self-check"] => self_check(&root),
+        ["--stress"] => stress(20, None),
+        ["--stress", "--seed", seed] => match seed.parse() {
+            Ok(seed) => stress(1, Some(seed)),
+            Err(_) => {
+                eprintln!("error: --seed takes a whole number, got `{seed}`\n{USAGE}");
+                ExitCode::from(2)
+            }
+        },
+        ["--stress", rounds] => match rounds.parse() {
+            Ok(rounds) => stress(rounds, None),
+            Err(_) => {
+                eprintln!("error: --stress takes a number of rounds, got `{rounds}`\n{USAGE}");
+                ExitCode::from(2)
+            }
+        },
         names => {
             let unknown: Vec<_> =
                 names.iter().filter(|n| !EXERCISES.iter().any(|e| e.0 == **n)).collect();
@@ -75,12 +107,30 @@ fn main() -> ExitCode {
     }
 }
 
-/// The workspace root: the parent of this package's folder (`tests/`).
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the grader lives in <root>/tests")
-        .to_path_buf()
+/// The root of the workspace the current directory is in, found by cargo itself (`cargo
+/// locate-project --workspace`), so a checkout that was copied or moved grades itself.
+fn workspace_root() -> Result<PathBuf, String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let output = Command::new(cargo)
+        .args(["locate-project", "--workspace", "--message-format", "plain"])
+        .output()
+        .map_err(|e| format!("could not run cargo to find the workspace: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "no Cargo workspace here: run cargo grade inside the course's folder ({})",
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+    let manifest = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
+    let root = manifest.parent().ok_or("cargo named no workspace folder")?.to_path_buf();
+    if !root.join("exercises").is_dir() {
+        return Err(format!(
+            "the workspace at {} has no exercises/ folder: run cargo grade inside the course's \
+             folder",
+            root.display()
+        ));
+    }
+    Ok(root)
 }
 
 /// Builds and runs the hidden checks of `exercise`, showing their report. A compile error is
@@ -177,7 +227,39 @@ fn print_progress(progress: &BTreeMap<String, (Status, String)>) {
     }
 }
 
-/// Lessons pass every check, every mutant is caught, every untouched stub is "not started".
+/// The in-process self-check, `rounds` times, each from a fresh seed (printed) with 20 times
+/// the random cases: no lesson or control may fail and every mutant must be caught by its
+/// check, every time.
+fn stress(rounds: u32, fixed_seed: Option<u64>) -> ExitCode {
+    grader::check::quiet_panics();
+    grader::check::set_cases_factor(20);
+    let mut ok = true;
+    for round in 1..=rounds {
+        let seed = fixed_seed.unwrap_or_else(|| {
+            use std::hash::{BuildHasher, RandomState};
+            RandomState::new().hash_one(round)
+        });
+        grader::check::set_seed(seed);
+        let start = std::time::Instant::now();
+        let reports = grader::self_check::run();
+        let passed = reports.iter().all(|r| r.ok());
+        println!(
+            "round {round} of {rounds}: seed {seed}, 20x cases, {:.0} s: {}",
+            start.elapsed().as_secs_f64(),
+            if passed { "passed" } else { "FAILED" }
+        );
+        if !passed {
+            println!("{}", grader::self_check::table(&reports));
+            println!("reproduce: cargo grade --stress --seed {seed}");
+        }
+        ok &= passed;
+    }
+    println!("\nstress {}", if ok { "passed" } else { "FAILED" });
+    if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+/// Lessons and controls pass every check, every mutant is caught by its check, every untouched
+/// stub is "not started".
 fn self_check(root: &Path) -> ExitCode {
     grader::check::quiet_panics();
     let reports = grader::self_check::run();

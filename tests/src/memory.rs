@@ -1,0 +1,63 @@
+//! Checks that an exercise's working memory does not grow with the sequence the way a score
+//! matrix would, measured with the counting allocator (`reference::memory`). The hidden test
+//! binaries of the exercises that state such a rule install it as their global allocator.
+
+use reference::memory::peak_bytes_during;
+
+/// The two sequence lengths compared: a score matrix is 256 times larger at the second.
+pub const SHORT: usize = 64;
+/// See [`SHORT`].
+pub const LONG: usize = 1024;
+
+/// How much working memory may grow from `SHORT` to `LONG`: 16 bytes per query row (room for a
+/// few numbers per row, such as the backward pass's `D_i`), plus 4 KiB of slack for small
+/// bookkeeping. One row of scores per query tile (`Br x N`) already grows faster.
+pub fn allowed_growth() -> usize {
+    16 * (LONG - SHORT) + 4096
+}
+
+/// Peak heap bytes while `run` runs, beyond the bytes of its result (`output_bytes`): the
+/// smallest of three runs, since another thread's allocations can only add to a peak.
+pub fn working_bytes<R>(
+    run: impl Fn() -> Result<R, String>,
+    output_bytes: impl Fn(&R) -> usize,
+) -> Result<usize, String> {
+    let mut smallest = usize::MAX;
+    for _ in 0..3 {
+        let (result, peak) = peak_bytes_during(&run).map_err(|e| e.to_string())?;
+        let result = result?;
+        smallest = smallest.min(peak.saturating_sub(output_bytes(&result)));
+    }
+    Ok(smallest)
+}
+
+/// `working(n)` (working bytes for sequences of `n`) must not grow by more than
+/// [`allowed_growth`] from `SHORT` to `LONG`. `setup` says what was run, for the message.
+pub fn check_working_memory(
+    setup: &str,
+    working: impl Fn(usize) -> Result<usize, String>,
+) -> Result<(), String> {
+    let (short, long) = (working(SHORT)?, working(LONG)?);
+    if long <= short + allowed_growth() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{setup}: working memory beyond the output was {short} bytes at N = {SHORT} and {long} \
+             bytes at N = {LONG}, {} more; a score matrix grows like N x N, one row of scores \
+             per query tile like N (at most {} more bytes are allowed)",
+            long - short,
+            allowed_growth()
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_the_counting_allocator_the_check_says_why() {
+        let err = working_bytes(|| Ok(vec![0u8; 8]), |_| 0).unwrap_err();
+        assert!(err.contains("#[global_allocator]"), "{err}");
+    }
+}

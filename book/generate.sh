@@ -95,6 +95,12 @@ if $timings; then
     # PyTorch is timed beside lesson 07 when ${PYTHON:-python3} can import torch.
     show scaling "cargo run --release -p lesson07 --example scaling" cargo run --release -p lesson07 --example scaling
     stamp scaling
+    show kernels "cargo run --release -p lesson07 --example kernels" cargo run --release -p lesson07 --example kernels
+    stamp kernels
+    # Every stage's worst error as a fraction of the error model (the numbers behind its safety
+    # factor), on this machine's GPU or lavapipe.
+    show error_model "cargo run --release -p tour --example error_model" cargo run --release -p tour --example error_model
+    stamp error_model
     # Which tests each bug planted in the WGSL kernels turns red (GPU races make this vary
     # from run to run, so it is not part of --check).
     bash book/gpu_planted_bugs.sh >"$out/gpu_mutants.md"

@@ -812,13 +812,7 @@ impl crate::ex07::Exercise07 for Planted<ParallelBug> {
     fn exp2(&self, x: f32) -> f32 {
         let x = if self.has(ParallelBug::Exp2NotClamped) { x } else { x.max(-127.0) };
         let n = if self.has(ParallelBug::Exp2RoundsDown) { x.floor() } else { x.round() };
-        let t = (x - n) * std::f32::consts::LN_2;
-        let p = 1.0
-            + t * (1.0
-                + t * (0.5
-                    + t * (1.0 / 6.0
-                        + t * (1.0 / 24.0
-                            + t * (1.0 / 120.0 + t * (1.0 / 720.0 + t * (1.0 / 5040.0)))))));
+        let p = lesson07::exp2::two_to_the_fraction(x - n);
         p * f32::from_bits(((n as i32).wrapping_add(127) as u32) << 23)
     }
 

@@ -1,6 +1,7 @@
 //! The error table: MSE, MAE, max error and relative error of O against the f64 oracle, for
-//! f32 / f16 / bf16 storage and naive / flash attention, end to end (inputs rounded to the
-//! format, as a model in that format holds them). Then the demonstrations of what must stay
+//! f32 / f16 / bf16 storage and naive attention, FlashAttention rounding only O, and
+//! FlashAttention rounding P before P V as tensor-core kernels do ("flash P"), end to end
+//! (inputs rounded to the format, as a model in that format holds them). Then the demonstrations of what must stay
 //! f32. Writes book/src/figures/06_error_table.csv.
 //!
 //! `cargo run --release -p lesson06 --example error_table`
@@ -8,7 +9,7 @@
 use std::path::Path;
 
 use half::{bf16, f16};
-use lesson06::{Element, demos, flash, naive, round_to, widen};
+use lesson06::{Element, demos, flash, flash_rounding_weights, naive, round_to, widen};
 use reference::plot::write_csv;
 use reference::{Problem, ProblemSpec, oracle};
 
@@ -30,12 +31,14 @@ fn rows_for<T: Element>(
     let (q, k, v) = (round_to::<T>(&p.q), round_to::<T>(&p.k), round_to::<T>(&p.v));
     let name = T::DTYPE.name().to_string();
     let naive_o = widen(&naive(&q, &k, &v, &p.options).expect("valid shapes").o);
-    let flash_o = widen(
-        &flash(&q, &k, &v, &p.options, lesson03::TileSizes::default()).expect("valid shapes").o,
-    );
+    let tiles = lesson03::TileSizes::default();
+    let flash_o = widen(&flash(&q, &k, &v, &p.options, tiles).expect("valid shapes").o);
+    let rounded_p =
+        widen(&flash_rounding_weights(&q, &k, &v, &p.options, tiles).expect("valid shapes").o);
     vec![
         (name.clone(), "naive", errors(&naive_o, expected)),
-        (name, "flash", errors(&flash_o, expected)),
+        (name.clone(), "flash", errors(&flash_o, expected)),
+        (name, "flash P", errors(&rounded_p, expected)),
     ]
 }
 
@@ -112,6 +115,12 @@ fn main() -> Result<(), String> {
         ("f32", demos::layer_norm_stats::<f32>(&x)),
     ] {
         println!("    sums kept in {name:<4}: mean {m:.2}, variance {v:.1}");
+    }
+    for (name, (m, v)) in [
+        ("f16", demos::layer_norm_stats_welford::<f16>(&x)),
+        ("bf16", demos::layer_norm_stats_welford::<bf16>(&x)),
+    ] {
+        println!("    {name:<4} storage, Welford in f32: mean {m:.2}, variance {v:.1}");
     }
     println!("\nwrote book/src/figures/06_error_table.csv");
     Ok(())

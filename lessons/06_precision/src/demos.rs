@@ -22,9 +22,12 @@ pub fn running_sum_of_ones<T: Element>(n: usize) -> f32 {
     (0..n).fold(T::from_f32(0.0), |sum, _| T::from_f32(sum.to_f32() + 1.0)).to_f32()
 }
 
-/// LayerNorm statistics (mean and variance) with the sums `sum x` and `sum x^2` kept in `T`.
-/// For activations of about 1000 ± 100 (a large offset, as residual streams have), f16's
-/// `sum x^2` overflows and bf16's loses the variance entirely; f32 keeps both.
+/// LayerNorm statistics (mean and variance) with the sums `sum x` and `sum x^2` kept in `T`,
+/// and the variance as `sum x^2 / n - mean^2`. For 1024 activations of about 1000 ± 100 (a
+/// large offset, as residual streams have), f16's `sum x` (about 10^6) and `sum x^2` (10^9)
+/// both pass 65504, so the mean is already infinite; bf16's sums stop growing at 2^19, where
+/// its spacing (4096) is larger than any term; f32 keeps both, though `sum x^2 / n - mean^2`
+/// still cancels about two of its digits.
 pub fn layer_norm_stats<T: Element>(x: &[f32]) -> (f32, f32) {
     let n = x.len() as f32;
     let (sum, sum_sq) = x.iter().fold((T::from_f32(0.0), T::from_f32(0.0)), |(s, s2), &xi| {
@@ -33,6 +36,22 @@ pub fn layer_norm_stats<T: Element>(x: &[f32]) -> (f32, f32) {
     });
     let mean = sum.to_f32() / n;
     (mean, sum_sq.to_f32() / n - mean * mean)
+}
+
+/// LayerNorm statistics as real kernels compute them: Welford's update, `mean += (x - mean)
+/// / n` and `m2 += (x - mean_old)(x - mean_new)`, accumulated in f32 whatever the storage
+/// format (PyTorch's CUDA `layer_norm` accumulates Welford statistics in f32 for f16 and bf16
+/// inputs). It never forms `sum x^2`, so nothing overflows, and it subtracts the running mean
+/// before squaring, so the variance does not cancel away.
+pub fn layer_norm_stats_welford<T: Element>(x: &[f32]) -> (f32, f32) {
+    let (mut mean, mut m2) = (0.0f32, 0.0f32);
+    for (i, &xi) in x.iter().enumerate() {
+        let xi = T::from_f32(xi).to_f32(); // stored in T, computed in f32
+        let delta = xi - mean;
+        mean += delta / (i + 1) as f32;
+        m2 += delta * (xi - mean);
+    }
+    (mean, m2 / x.len() as f32)
 }
 
 /// Softmax with `e^x` stored in `T`, with or without subtracting the maximum first.

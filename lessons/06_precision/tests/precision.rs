@@ -118,6 +118,9 @@ fn layer_norm_statistics_need_f32_for_large_offsets() {
     );
     assert!(bf16_var > 0.5, "bf16 variance error {bf16_var}");
     assert!(f32_mean < 1e-5 && f32_var < 1e-2, "f32 errors {f32_mean}, {f32_var}");
+    // Welford's update in f32, on inputs stored in f16: only the inputs' own rounding remains.
+    let (welford_mean, welford_var) = rel(demos::layer_norm_stats_welford::<f16>(&x));
+    assert!(welford_mean < 1e-3 && welford_var < 2e-3, "Welford {welford_mean}, {welford_var}");
 }
 
 #[test]

@@ -60,6 +60,13 @@ fn repeats(n: usize) -> usize {
 /// Median seconds of `kernel` on two alternating problems of this shape, and the peak working
 /// memory of one run (heap bytes beyond its output).
 fn time_kernel(kernel: Kernel, b: usize, n: usize) -> (f64, usize) {
+    let (times, working) = timed_runs(kernel, b, n);
+    (times[times.len() / 2], working)
+}
+
+/// The sorted seconds of every timed run of `kernel` on `b x n` problems, and its working
+/// memory.
+fn timed_runs(kernel: Kernel, b: usize, n: usize) -> (Vec<f64>, usize) {
     let problems =
         [1, 2].map(|seed| Problem::random(&ProblemSpec::new(b, HEADS, n, n, HEAD_DIM), seed));
     let (out, peak) =
@@ -73,7 +80,7 @@ fn time_kernel(kernel: Kernel, b: usize, n: usize) -> (f64, usize) {
         })
         .collect();
     times.sort_by(f64::total_cmp);
-    (times[times.len() / 2], working)
+    (times, working)
 }
 
 /// PyTorch's version and its median seconds for each `(batch, seq)`, or `None` if Python or
@@ -328,15 +335,20 @@ fn main() -> Result<(), String> {
     let n = 1024;
     let batches = [1, 2, 4, 8, 16];
     println!("\nthroughput against batch size (N = {n}): tokens per second (B x N / time)");
-    println!("{:>5} {:>12} {:>12}", "B", "lesson07", "PyTorch");
+    println!(
+        "{:>5} {:>12} {:>25} {:>12}",
+        "B", "lesson07", "its slowest .. fastest run", "PyTorch"
+    );
     let mut batch_rows = Vec::new();
     let mut batch_series: [Vec<(f64, f64)>; 2] = Default::default();
     for &b in &batches {
-        let (seconds, _) = time_kernel(KERNELS[2].1, b, n);
-        let ours = (b * n) as f64 / seconds;
+        let (times, _) = timed_runs(KERNELS[2].1, b, n);
+        let tokens = |seconds: f64| (b * n) as f64 / seconds;
+        let ours = tokens(times[times.len() / 2]);
+        let spread = format!("{:.0} .. {:.0}", tokens(times[times.len() - 1]), tokens(times[0]));
         let theirs = (b * n) as f64 / torch_seconds(b, n);
         println!(
-            "{b:>5} {ours:>12.0} {:>12}",
+            "{b:>5} {ours:>12.0} {spread:>25} {:>12}",
             if theirs.is_finite() { format!("{theirs:.0}") } else { "-".to_string() }
         );
         batch_series[0].push((b as f64, ours));

@@ -18,20 +18,25 @@ pub fn exp2(x: f32) -> f32 {
     let shifted = x + ROUND;
     let n = shifted - ROUND;
     let f = x - n; // in [-1/2, 1/2]
-    // 2^f = e^(f ln 2): Taylor series to degree 7, error (ln2/2)^8 / 8! = 5e-9.
-    let t = f * std::f32::consts::LN_2;
-    let p = 1.0
-        + t * (1.0
-            + t * (0.5
-                + t * (1.0 / 6.0
-                    + t * (1.0 / 24.0
-                        + t * (1.0 / 120.0 + t * (1.0 / 720.0 + t * (1.0 / 5040.0)))))));
     // 2^n from its bits: exponent field n + 127, mantissa 0 (n = -127 gives +0.0). The integer
     // n comes from the bits of `shifted`, not from a float-to-int conversion, which in Rust
     // saturates and would cost extra instructions in the vector loop.
     let n_plus_bias = shifted.to_bits().wrapping_sub(ROUND.to_bits()).wrapping_add(127);
     let two_to_n = f32::from_bits(n_plus_bias << 23);
-    p * two_to_n
+    two_to_the_fraction(f) * two_to_n
+}
+
+/// `2^f` for `|f| <= 1/2`: `e^(f ln 2)` by its Taylor series to degree 7, whose error there is
+/// at most `(ln 2 / 2)^8 / 8! = 5e-9`.
+#[inline(always)]
+pub fn two_to_the_fraction(f: f32) -> f32 {
+    let t = f * std::f32::consts::LN_2;
+    1.0 + t
+        * (1.0
+            + t * (0.5
+                + t * (1.0 / 6.0
+                    + t * (1.0 / 24.0
+                        + t * (1.0 / 120.0 + t * (1.0 / 720.0 + t * (1.0 / 5040.0)))))))
 }
 // ANCHOR_END: exp2
 

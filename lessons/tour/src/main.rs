@@ -107,11 +107,15 @@ fn main() -> ExitCode {
 
     let output = AttentionOutput::empty(&spec.shape()).bytes();
     println!(
-        "\nworking mem: peak heap bytes during the call beyond its output (O and L: {}; for the\n\
-         backward pass, dQ, dK and dV). GPU stages: time includes compiling the shader (once per\n\
-         process), uploading Q, K, V and downloading O, L; their working memory is on the host\n\
-         (padded copies, staging), while S and the tiles live in GPU memory (chapters 8 and 9).",
-        format_bytes(output)
+        "\nof bound: the worst element's error as a fraction of what the error model allows it\n\
+         (below 1 passes). working mem: peak heap bytes during the call beyond its output (O and\n\
+         L: {}; for the backward pass, dQ, dK and dV). The f16 and bf16 rows hold rounded copies\n\
+         of Q, K and V and their f32 widening ({}), where a GPU kernel widens a tile at a time.\n\
+         GPU stages: time includes compiling the shader (once per process), uploading Q, K, V\n\
+         and downloading O, L; their working memory is on the host (padded copies, staging),\n\
+         while S and the tiles live in GPU memory (chapters 8 and 9).",
+        format_bytes(output),
+        format_bytes(6 * problem.q.len() + 12 * problem.k.len()),
     );
     if measurements.iter().all(|m| m.passed()) && backward_ok {
         ExitCode::SUCCESS

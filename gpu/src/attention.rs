@@ -75,7 +75,7 @@ impl AttentionBuffers {
         options: &AttentionOptions,
         row_alignment: usize,
     ) -> Result<Self, AttentionError> {
-        let CheckedInputs { shape, scale } = check_inputs(q, k, v, options)?;
+        let CheckedInputs { shape, scale, .. } = check_inputs(q, k, v, options)?;
         let params = params_of(&shape, scale, options.causal)?;
         let row_stride = shape.head_dim.next_multiple_of(row_alignment.max(1));
         let rows = |x: &Array4<f32>| padded_rows(x, row_stride);

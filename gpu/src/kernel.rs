@@ -74,6 +74,34 @@ fn compile_uncached(
     })
 }
 
+/// The `@binding` numbers of group 0 that entry point `entry` of the WGSL `source` uses. A
+/// binding the shader declares but never touches is left out of the layout the pipeline gets,
+/// so binding a buffer to it fails: callers that need a binding check for it here and say so.
+pub fn bindings_used(source: &str, entry: &str) -> Result<Vec<u32>, AttentionError> {
+    let module = naga::front::wgsl::parse_str(source).map_err(|e| {
+        AttentionError::Gpu(format!("the shader does not parse: {}", e.emit_to_string(source)))
+    })?;
+    let flags = naga::valid::ValidationFlags::all();
+    let info = naga::valid::Validator::new(flags, naga::valid::Capabilities::all())
+        .validate(&module)
+        .map_err(|e| {
+            AttentionError::Gpu(format!("the shader is not valid: {}", e.emit_to_string(source)))
+        })?;
+    let index =
+        module.entry_points.iter().position(|e| e.name == entry).ok_or_else(|| {
+            AttentionError::Gpu(format!("the shader has no entry point `{entry}`"))
+        })?;
+    let uses = info.get_entry_point(index);
+    Ok(module
+        .global_variables
+        .iter()
+        .filter(|(handle, _)| !uses[*handle].is_empty())
+        .filter_map(|(_, global)| global.binding.as_ref())
+        .filter(|binding| binding.group == 0)
+        .map(|binding| binding.binding)
+        .collect())
+}
+
 /// Binds each `(binding, buffer)` pair to `@group(0) @binding(binding)` of `pipeline`. Only
 /// the bindings the entry point uses may be given (wgpu derives the layout from the shader).
 pub fn bind(

@@ -22,9 +22,11 @@
 //! * A barrier (or a call of a function that reaches one) in non-uniform control flow is
 //!   reported with its line and the line of the condition that makes it non-uniform.
 //!
-//! Conservative means it may reject a correct shader whose uniformity needs finer reasoning
-//! (a variable made non-uniform once and uniform again later); it never accepts a barrier
-//! under a condition that depends on the invocation.
+//! Conservative means it may reject a correct shader whose uniformity needs finer reasoning (a
+//! variable made non-uniform once and uniform again later, a pointer argument that a helper
+//! writes through), rather than accept a barrier under a condition that depends on the
+//! invocation. It is not the specification's full analysis: a shader it accepts is one whose
+//! barriers depend only on the values it tracks.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -114,6 +116,29 @@ struct Summary {
     returns_non_uniform: bool,
     /// It stores through a pointer argument.
     stores_through_arguments: bool,
+    /// One of those stores is non-uniform (its value or address is, or it happens in
+    /// non-uniform control flow): the caller's variable becomes non-uniform.
+    stores_non_uniform_through_arguments: bool,
+}
+
+/// The non-uniform ways out of a block: the disruptor of a `break` (which leaves the innermost
+/// loop or `switch`) and of a `continue` (which leaves the innermost loop's iteration) taken by
+/// only some invocations. (A non-uniform `return` is kept in [`FunctionState::returned`].)
+#[derive(Clone, Copy, Default)]
+struct Exits {
+    breaks: Option<Span>,
+    continues: Option<Span>,
+}
+
+impl Exits {
+    fn any(&self) -> Option<Span> {
+        self.breaks.or(self.continues)
+    }
+
+    fn add(&mut self, other: Exits) {
+        self.breaks = self.breaks.or(other.breaks);
+        self.continues = self.continues.or(other.continues);
+    }
 }
 
 /// A function analysed with its arguments' uniformity: its summary and what it found.
@@ -168,68 +193,77 @@ impl<'a> Analysis<'a> {
             state.summary = Summary::default();
             state.returned = None;
             self.found.clear();
-            self.block(&mut state, &function.body, None, &mut None);
+            self.block(&mut state, &function.body, None, &mut Exits::default());
         }
         (state.summary, std::mem::replace(&mut self.found, callers_found))
     }
 
     /// Walks `block`; `disruptor` is the span of the condition that makes the control flow
-    /// non-uniform here (`None`: uniform). Sets `exit` to the disruptor of a non-uniform
-    /// `return`, `break` or `continue` met in the block.
+    /// non-uniform here (`None`: uniform). Records in `exits` a non-uniform `break` or
+    /// `continue` met in the block.
     fn block(
         &mut self,
         state: &mut FunctionState,
         block: &Block,
         mut disruptor: Option<Span>,
-        exit: &mut Option<Span>,
+        exits: &mut Exits,
     ) {
         for (statement, span) in block.span_iter() {
             disruptor = disruptor.or(state.returned);
             match statement {
-                Statement::Block(inner) => self.block(state, inner, disruptor, exit),
+                Statement::Block(inner) => self.block(state, inner, disruptor, exits),
                 Statement::If { condition, accept, reject } => {
                     let non_uniform = state.non_uniform(self.module, *condition);
                     let inner = disruptor.or(non_uniform.then_some(*span));
-                    let mut inner_exit = None;
-                    self.block(state, accept, inner, &mut inner_exit);
-                    self.block(state, reject, inner, &mut inner_exit);
-                    if let Some(cause) = inner_exit {
-                        exit.get_or_insert(cause);
-                        disruptor = disruptor.or(Some(cause)); // the rest runs for only some
-                    }
+                    let mut inner_exits = Exits::default();
+                    self.block(state, accept, inner, &mut inner_exits);
+                    self.block(state, reject, inner, &mut inner_exits);
+                    exits.add(inner_exits);
+                    // Those that left skip the rest: it runs for only some.
+                    disruptor = disruptor.or(inner_exits.any());
                 }
                 Statement::Switch { selector, cases } => {
                     let non_uniform = state.non_uniform(self.module, *selector);
                     let inner = disruptor.or(non_uniform.then_some(*span));
-                    let mut inner_exit = None;
+                    let mut inner_exits = Exits::default();
                     for case in cases {
-                        self.block(state, &case.body, inner, &mut inner_exit);
+                        self.block(state, &case.body, inner, &mut inner_exits);
                     }
-                    if let Some(cause) = inner_exit {
-                        exit.get_or_insert(cause);
-                        disruptor = disruptor.or(Some(cause));
-                    }
+                    // A `break` leaves the switch, after which everyone runs again; a
+                    // `continue` leaves the enclosing loop's iteration.
+                    exits.continues = exits.continues.or(inner_exits.continues);
+                    disruptor = disruptor.or(inner_exits.continues);
                 }
                 Statement::Loop { body, continuing, break_if } => {
-                    // A first pass finds whether some invocations may leave early; if so,
-                    // every iteration is non-uniform.
+                    // A first pass finds whether some invocations may leave an iteration
+                    // early (or the loop, or the function); if so, every iteration is
+                    // non-uniform.
                     let breaks_non_uniformly =
                         break_if.is_some_and(|c| state.non_uniform(self.module, c));
-                    let mut loop_exit = breaks_non_uniformly.then_some(*span);
+                    let returned_before = state.returned;
+                    let mut loop_exits = Exits::default();
                     let found_before = self.found.len();
-                    self.block(state, body, disruptor, &mut loop_exit);
-                    self.block(state, continuing, disruptor, &mut loop_exit);
-                    if disruptor.is_none() && loop_exit.is_some() {
+                    self.block(state, body, disruptor, &mut loop_exits);
+                    self.block(state, continuing, disruptor, &mut loop_exits);
+                    let returned_inside = state.returned.filter(|_| returned_before.is_none());
+                    let leaves = loop_exits
+                        .any()
+                        .or(breaks_non_uniformly.then_some(*span))
+                        .or(returned_inside);
+                    if disruptor.is_none()
+                        && let Some(cause) = leaves
+                    {
                         self.found.truncate(found_before);
-                        let mut ignored = None;
-                        self.block(state, body, loop_exit, &mut ignored);
-                        self.block(state, continuing, loop_exit, &mut ignored);
+                        let mut ignored = Exits::default();
+                        self.block(state, body, Some(cause), &mut ignored);
+                        self.block(state, continuing, Some(cause), &mut ignored);
                     }
                 }
-                Statement::Break | Statement::Continue => {
-                    if let Some(cause) = disruptor {
-                        exit.get_or_insert(cause);
-                    }
+                Statement::Break => {
+                    exits.breaks = exits.breaks.or(disruptor);
+                }
+                Statement::Continue => {
+                    exits.continues = exits.continues.or(disruptor);
                 }
                 Statement::Return { value } => {
                     if value.is_some_and(|v| state.non_uniform(self.module, v)) {
@@ -238,12 +272,11 @@ impl<'a> Analysis<'a> {
                     if let Some(cause) = disruptor {
                         state.summary.returns_non_uniform = true;
                         state.returned.get_or_insert(cause);
-                        exit.get_or_insert(cause);
                     }
                 }
                 Statement::Kill => {
                     if let Some(cause) = disruptor {
-                        exit.get_or_insert(cause);
+                        state.returned.get_or_insert(cause);
                     }
                 }
                 Statement::ControlBarrier(barrier) | Statement::MemoryBarrier(barrier) => {
@@ -261,12 +294,13 @@ impl<'a> Analysis<'a> {
                     let tainted = disruptor.is_some()
                         || state.non_uniform(self.module, *value)
                         || state.non_uniform(self.module, *pointer);
-                    if let Some(root) = state.root(*pointer) {
-                        match root {
-                            Root::Local(local) if tainted => state.taint(local),
-                            Root::Argument => state.summary.stores_through_arguments = true,
-                            _ => {}
+                    match state.root(*pointer) {
+                        Some(Root::Local(local)) if tainted => state.taint(local),
+                        Some(Root::Argument) => {
+                            state.summary.stores_through_arguments = true;
+                            state.summary.stores_non_uniform_through_arguments |= tainted;
                         }
+                        _ => {}
                     }
                 }
                 Statement::Call { function, arguments, result } => {
@@ -292,9 +326,10 @@ impl<'a> Analysis<'a> {
                             state.changed = true;
                         }
                     }
-                    if summary.stores_through_arguments
-                        && (disruptor.is_some() || taints.iter().any(|&t| t))
-                    {
+                    let stores_non_uniform = summary.stores_non_uniform_through_arguments
+                        || (summary.stores_through_arguments
+                            && (disruptor.is_some() || taints.iter().any(|&t| t)));
+                    if stores_non_uniform {
                         for &argument in arguments {
                             if let Some(Root::Local(local)) = state.root(argument) {
                                 state.taint(local);
@@ -355,6 +390,27 @@ impl FunctionState<'_> {
         }
     }
 
+    /// Whether `pointer` points into memory that other invocations may write between loads:
+    /// `workgroup`, `private` (each invocation's own) or read-write `storage` memory.
+    fn reads_varying_memory(&self, module: &Module, pointer: Handle<Expression>) -> bool {
+        let mut at = pointer;
+        loop {
+            match self.function.expressions[at] {
+                Expression::Access { base, .. } | Expression::AccessIndex { base, .. } => at = base,
+                Expression::GlobalVariable(global) => {
+                    return match module.global_variables[global].space {
+                        AddressSpace::Uniform | AddressSpace::Handle | AddressSpace::Immediate => {
+                            false
+                        }
+                        AddressSpace::Storage { access } => access.contains(StorageAccess::STORE),
+                        _ => true,
+                    };
+                }
+                _ => return false,
+            }
+        }
+    }
+
     /// Whether `expression` may differ between the invocations of a workgroup.
     fn non_uniform(&self, module: &Module, expression: Handle<Expression>) -> bool {
         let any =
@@ -367,15 +423,14 @@ impl FunctionState<'_> {
             | Expression::WorkGroupUniformLoadResult { .. } => false,
             Expression::FunctionArgument(i) => self.arguments[*i as usize],
             Expression::LocalVariable(local) => self.tainted_locals.contains(local),
-            Expression::GlobalVariable(global) => match module.global_variables[*global].space {
-                AddressSpace::Uniform | AddressSpace::Handle | AddressSpace::Immediate => false,
-                AddressSpace::Storage { access } => access.contains(StorageAccess::STORE),
-                _ => true, // workgroup, private, function memory
-            },
+            // An address is the same for everyone; what is loaded through it may not be.
+            Expression::GlobalVariable(_) => false,
             Expression::CallResult(_) => {
                 self.call_results.get(&expression).copied().unwrap_or(false)
             }
-            Expression::Load { pointer } => self.non_uniform(module, *pointer),
+            Expression::Load { pointer } => {
+                self.non_uniform(module, *pointer) || self.reads_varying_memory(module, *pointer)
+            }
             Expression::Access { base, index } => any(&[*base, *index]),
             Expression::AccessIndex { base, .. } => self.non_uniform(module, *base),
             Expression::Compose { components, .. } => any(components),
@@ -461,6 +516,44 @@ fn main(@builtin(local_invocation_index) thread: u32, @builtin(workgroup_id) gro
         );
         // A value loaded from workgroup memory.
         assert!(check("if shared_data[0] == 1u { workgroupBarrier(); }").is_err());
+    }
+
+    #[test]
+    fn non_uniform_values_that_travel_through_pointers_or_exits_are_caught() {
+        // A helper stores a workgroup-memory value through its pointer argument.
+        let source = format!(
+            "{HEADER}
+fn get(p: ptr<function, u32>) {{ *p = shared_data[0]; }}
+@compute @workgroup_size(64)
+fn main(@builtin(local_invocation_index) thread: u32) {{
+    var f = 0u;
+    get(&f);
+    if f == 1u {{ workgroupBarrier(); }}
+}}"
+        );
+        assert!(check_barriers(&source).is_err());
+        // A return in an inner loop: the next iteration of the outer one runs for only some.
+        assert!(
+            check("var t = 0u;\nwhile t < n { t += 1u; workgroupBarrier(); for (var j = 0u; j < 4u; j++) { if thread == j { return; } } }")
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn uniform_breaks_out_of_a_switch_and_array_lengths_pass() {
+        // `break` in a switch leaves the switch, not the loop, and everyone meets again after it.
+        check("for (var i = 0u; i < n; i++) { switch i { case 0u: { break; } default: { } } workgroupBarrier(); }")
+            .unwrap();
+        // The length of a read-write buffer is the same for everyone.
+        let source = format!(
+            "{HEADER}
+@group(0) @binding(2) var<storage, read_write> out: array<u32>;
+@compute @workgroup_size(64)
+fn main(@builtin(local_invocation_index) thread: u32) {{
+    for (var i = 0u; i < arrayLength(&out); i++) {{ workgroupBarrier(); }}
+}}"
+        );
+        check_barriers(&source).unwrap();
     }
 
     #[test]

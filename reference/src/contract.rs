@@ -145,13 +145,17 @@ impl AttentionShape {
 /// size) and exp2 kernels multiply it by `log2(e) = 1.44`; a quarter leaves room for both.
 pub const LARGEST_LOGIT: f64 = f32::MAX as f64 / 4.0;
 
-/// What every stage knows once its inputs are checked: the shape and the softmax scale.
+/// What every stage knows once its inputs are checked: the shape, the softmax scale, and how
+/// large a logit can be.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CheckedInputs {
     /// The validated sizes.
     pub shape: AttentionShape,
     /// The softmax scale: the explicit one, or `1/sqrt(D)`.
     pub scale: f32,
+    /// `|scale| max_i |q_i| max_j |k_j|` (in f64): no logit is larger. A stage that stores
+    /// logits in a narrower format than f32 checks it against that format's range.
+    pub logit_bound: f64,
 }
 
 // ANCHOR: check_inputs
@@ -177,7 +181,8 @@ pub fn check_inputs<T: Copy + Into<f64>>(
     if bound > LARGEST_LOGIT {
         return Err(AttentionError::LogitsOverflow { bound, largest: LARGEST_LOGIT });
     }
-    Ok(CheckedInputs { shape, scale })
+    let logit_bound = f64::from(scale).abs() * q_norm * k_norm;
+    Ok(CheckedInputs { shape, scale, logit_bound })
 }
 // ANCHOR_END: check_inputs
 

@@ -108,10 +108,10 @@ pub enum AttentionError {
     },
     /// The scale and the inputs allow logits beyond what f32 can hold.
     LogitsOverflow {
-        /// `max(|scale|, 1) * max_i |q_i| * max_j |k_j|` (in f64): a bound on every number the
-        /// logits' dot products pass through.
+        /// A bound on every number the logits' dot products pass through (in f64).
         bound: f64,
-        /// The largest bound the course accepts, [`crate::contract::LARGEST_LOGIT`].
+        /// The largest the computation can hold: [`crate::contract::LARGEST_LOGIT`] for f32
+        /// arithmetic, a 16-bit format's largest value where logits are stored in it.
         largest: f64,
     },
     /// The logsumexp given to a backward pass disagrees with the mask: `-inf` for a row that
@@ -233,9 +233,9 @@ impl fmt::Display for AttentionError {
             ),
             Self::LogitsOverflow { bound, largest } => write!(
                 f,
-                "the logits can reach {bound:.3e} (largest |q| x largest |k|, times the scale \
-                 where it is above 1), more than the {largest:.3e} that f32 attention can \
-                 compute with; expected a smaller scale (usually 1/sqrt(D)) or smaller inputs"
+                "the logits can reach {bound:.3e} (from the largest |q|, the largest |k| and the \
+                 scale), more than the {largest:.3e} this computation can hold; expected a \
+                 smaller scale (usually 1/sqrt(D)) or smaller inputs"
             ),
             Self::InvalidLogsumexp { index: [b, h, i], value, visible_keys } => {
                 if *visible_keys == 0 {

@@ -12,7 +12,7 @@ use reference::{
 
 use crate::check::{Check, for_all};
 use crate::forward::{CASES, LIMITS};
-use crate::memory::{check_working_memory, working_bytes};
+use crate::memory::{HEAD_DIM, TILE, check_working_memory, working_bytes};
 
 // The names of this exercise's checks (the planted-bug mutants name the check meant to catch
 // them).
@@ -154,12 +154,13 @@ pub fn checks(solution: impl Exercise05 + 'static) -> Vec<Check> {
         "Keep two Br x Bc tiles (P, then dP and dS) and the N numbers of D, never an N x N matrix \
          or a Br x N slab of one: recompute P = e^(S - L) tile by tile.",
         move || {
-            check_working_memory("tiles Br = Bc = 16, B = H = 1, D = 16", |n| {
-                let p = Problem::random(&ProblemSpec::new(1, 1, n, n, 16), 1);
-                let d_o = Problem::random(&ProblemSpec::new(1, 1, n, n, 16), 2).q;
+            let setup = format!("tiles Br = Bc = {TILE}, B = H = 1, D = {HEAD_DIM}");
+            check_working_memory(&setup, |n| {
+                let spec = ProblemSpec::new(1, 1, n, n, HEAD_DIM);
+                let (p, d_o) = (Problem::random(&spec, 1), Problem::random(&spec, 2).q);
                 let forward = oracle_forward_in_f32(&p)?;
                 let run = || {
-                    x.backward(&p.q, &p.k, &p.v, &p.options, &forward, &d_o, 16, 16)
+                    x.backward(&p.q, &p.k, &p.v, &p.options, &forward, &d_o, TILE, TILE)
                         .map_err(|e| e.to_string())
                 };
                 let gradient_bytes =

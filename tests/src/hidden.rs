@@ -56,19 +56,9 @@ pub fn run(exercise: &str, title: &str, checks: Vec<Check>) -> ExitCode {
     quiet_panics();
     println!("{exercise}: {title}");
     let mut outcomes: Vec<Outcome> = Vec::new();
-    for (i, check) in checks.iter().enumerate() {
+    for check in &checks {
         let outcome = check.run();
-        // The same failure again (a shader that does not compile fails every check the same
-        // way): name the first check that showed it instead of repeating it.
-        let earlier = checks.iter().zip(&outcomes).take(i).find(
-            |(_, o)| matches!((o, &outcome), (Outcome::Failed(a), Outcome::Failed(b)) if a == b),
-        );
-        match earlier {
-            Some((first, _)) => {
-                println!("  FAIL  {} (the same failure as `{}`)", check.name, first.name)
-            }
-            None => print!("{}", report_line(check, &outcome)),
-        }
+        print!("{}", report_line_after(check, &outcome, &checks, &outcomes));
         outcomes.push(outcome);
     }
     let status = Status::of(&outcomes);
@@ -84,6 +74,26 @@ pub fn run(exercise: &str, title: &str, checks: Vec<Check>) -> ExitCode {
     }
     println!("GRADE {exercise} {} {passed}/{}", status.word(), checks.len());
     if status == Status::Done { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+/// [`report_line`], except that a failure already shown by an earlier check (a shader that
+/// does not compile fails every check the same way) names that check instead of repeating it.
+/// `earlier` are the outcomes of the first checks of `checks`.
+pub fn report_line_after(
+    check: &Check,
+    outcome: &Outcome,
+    checks: &[Check],
+    earlier: &[Outcome],
+) -> String {
+    let same = checks.iter().zip(earlier).find(
+        |(_, seen)| matches!((seen, outcome), (Outcome::Failed(a), Outcome::Failed(b)) if a == b),
+    );
+    match same {
+        Some((first, _)) => {
+            format!("  FAIL  {} (the same failure as `{}`)\n", check.name, first.name)
+        }
+        None => report_line(check, outcome),
+    }
 }
 
 /// `  PASS name`, `  TODO name`, or `  FAIL name` followed by the failure and the hint.
@@ -112,6 +122,21 @@ mod tests {
         for s in [Status::Done, Status::Failing, Status::NotStarted] {
             assert_eq!(Status::from_word(s.word()), Some(s));
         }
+    }
+
+    #[test]
+    fn a_failure_seen_before_is_named_not_repeated() {
+        let checks =
+            [Check::new("first", "hint 1", || Ok(())), Check::new("second", "hint 2", || Ok(()))];
+        let compile_error = Outcome::Failed("compiling flash.wgsl: error at line 3".into());
+        let first = report_line_after(&checks[0], &compile_error, &checks, &[]);
+        assert!(first.contains("error at line 3") && first.contains("hint 1"), "{first}");
+        let seen = [compile_error.clone()];
+        let second = report_line_after(&checks[1], &compile_error, &checks, &seen);
+        assert_eq!(second, "  FAIL  second (the same failure as `first`)\n");
+        let other = Outcome::Failed("another failure".into());
+        let third = report_line_after(&checks[1], &other, &checks, &seen);
+        assert!(third.contains("another failure"), "{third}");
     }
 
     #[test]

@@ -120,7 +120,7 @@ fn naive(
     options: &AttentionOptions,
     bug: Option<NaiveBug>,
 ) -> Result<AttentionOutput<f32>, AttentionError> {
-    let CheckedInputs { shape, mut scale } = check_inputs(q, k, v, options)?;
+    let CheckedInputs { shape, mut scale, .. } = check_inputs(q, k, v, options)?;
     if bug == Some(NaiveBug::NoScale) {
         scale = 1.0;
     }
@@ -207,7 +207,7 @@ impl Exercise02 for Planted<OnlineBug> {
         v: &Array4<f32>,
         options: &AttentionOptions,
     ) -> Result<AttentionOutput<f32>, AttentionError> {
-        let CheckedInputs { shape, mut scale } = check_inputs(q, k, v, options)?;
+        let CheckedInputs { shape, mut scale, .. } = check_inputs(q, k, v, options)?;
         if self.has(OnlineBug::NoScale) {
             scale = 1.0;
         }
@@ -270,7 +270,7 @@ impl Exercise03 for Planted<TiledBug> {
         key_cols: usize,
     ) -> Result<AttentionOutput<f32>, AttentionError> {
         let bug = self.bug;
-        let CheckedInputs { shape, mut scale } = check_inputs(q, k, v, options)?;
+        let CheckedInputs { shape, mut scale, .. } = check_inputs(q, k, v, options)?;
         if bug == Some(TiledBug::NoScale) {
             scale = 1.0;
         }
@@ -441,7 +441,7 @@ impl crate::ex04::Exercise04 for Planted<Flash1Bug> {
         use ndarray::Array3;
         use ndarray::linalg::general_mat_mul;
 
-        let CheckedInputs { shape, mut scale } = check_inputs(q, k, v, options)?;
+        let CheckedInputs { shape, mut scale, .. } = check_inputs(q, k, v, options)?;
         let tiles = TileSizes::new(query_rows, key_cols)?;
         if self.has(Flash1Bug::NoScale) {
             scale = 1.0;
@@ -594,7 +594,7 @@ impl crate::ex05::Exercise05 for Planted<BackwardBug> {
         use ndarray::linalg::general_mat_mul;
 
         let bug = self.bug;
-        let CheckedInputs { shape, scale } = check_inputs(q, k, v, options)?;
+        let CheckedInputs { shape, scale, .. } = check_inputs(q, k, v, options)?;
         reference::check_same_shape("dO", d_o, "Q", q)?;
         reference::check_same_shape("O", &forward.o, "Q", q)?;
         reference::check_lse_shape(&forward.lse, q)?;
@@ -699,7 +699,7 @@ fn precision_online<T: lesson06::Element>(
     v: &Array4<T>,
     options: &AttentionOptions,
 ) -> Result<lesson06::Output<T>, AttentionError> {
-    let CheckedInputs { shape, mut scale } = check_inputs(q, k, v, options)?;
+    let CheckedInputs { shape, mut scale, .. } = check_inputs(q, k, v, options)?;
     if bug == Some(PrecisionBug::NoScale) {
         scale = 1.0;
     }
@@ -825,7 +825,7 @@ impl crate::ex07::Exercise07 for Planted<ParallelBug> {
         query_rows: usize,
         key_cols: usize,
     ) -> Result<AttentionOutput<f32>, AttentionError> {
-        let CheckedInputs { shape, scale } = check_inputs(q, k, v, options)?;
+        let CheckedInputs { shape, scale, .. } = check_inputs(q, k, v, options)?;
         lesson03::TileSizes::new(query_rows, key_cols)?;
         let log2e = if self.has(ParallelBug::NoLog2E) { 1.0 } else { std::f32::consts::LOG2_E };
         let scale = scale * log2e;

@@ -75,7 +75,7 @@ pub fn run() -> Vec<Report> {
         ),
         report(
             "ex03",
-            ex03::checks(ex03::Lesson::default()),
+            ex03::checks(ex03::Lesson),
             Some(ex03::checks(Planted::<TiledBug>::control())),
             TiledBug::ALL
                 .iter()
@@ -168,10 +168,10 @@ fn report(
         .into_iter()
         .map(|(name, meant, checks)| {
             // Grading order up to the first failure, then the meant check if not yet run.
-            let mut first = None;
-            let mut caught = None;
+            let (mut first, mut caught) = (None, None);
+            let fails = |c: &Check| matches!(c.run(), Outcome::Failed(_));
             for check in &checks {
-                let failed = check.run() != Outcome::Passed;
+                let failed = fails(check);
                 if check.name == meant {
                     caught = Some(failed);
                 }
@@ -181,8 +181,7 @@ fn report(
                 }
             }
             if caught.is_none() {
-                caught =
-                    checks.iter().find(|c| c.name == meant).map(|c| c.run() != Outcome::Passed);
+                caught = checks.iter().find(|c| c.name == meant).map(fails);
             }
             MutantReport { name, meant, caught, first }
         })
@@ -194,8 +193,12 @@ fn report(
 /// each mutant the check meant to catch it and whether it did.
 pub fn table(reports: &[Report]) -> String {
     let mut out = format!(
-        "{:<9} {:<14} {:<15} {}\n",
-        "exercise", "lesson passes", "control passes", "mutants caught by their check"
+        "random cases from seed {} (PROPTEST_RNG_SEED draws them again)\n{:<9} {:<14} {:<15} {}\n",
+        crate::check::seed(),
+        "exercise",
+        "lesson passes",
+        "control passes",
+        "mutants caught by their check"
     );
     for r in reports {
         let caught = r.mutants.iter().filter(|m| m.caught == Some(true)).count();

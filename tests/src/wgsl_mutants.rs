@@ -74,6 +74,14 @@ pub const NAIVE_BUGS: [WgslBug; 6] = [
 ];
 
 /// Classic mistakes in WGSL FlashAttention (exercise 09), against `lesson09::SHADER`.
+///
+/// The two missing barriers are races: what they break depends on how the device schedules a
+/// workgroup's threads. Lavapipe, where continuous integration runs, runs a workgroup's
+/// threads in batches of 8 (Mesa's llvmpipe switches between them as coroutines at barriers),
+/// so with more than 8 threads the race has shown in every self-check and stress run; on an
+/// NVIDIA H100 the self-check caught both too (2026-11-22), but another GPU could hide them
+/// on some runs. The barrier moved under a condition is caught by
+/// the static check, whatever the device.
 pub const FLASH_BUGS: [WgslBug; 10] = [
     WgslBug {
         name: "no barrier after loading a tile",

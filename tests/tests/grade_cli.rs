@@ -16,6 +16,9 @@ fn grade(dir: &std::path::Path, args: &[&str]) -> (i32, String) {
 
 #[test]
 fn outside_a_workspace_it_says_where_to_run() {
+    let (code, text) = grade(&std::env::temp_dir(), &["--help"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.starts_with("usage: cargo grade"), "{text}");
     let (code, text) = grade(&std::env::temp_dir(), &["--list"]);
     assert_eq!(code, 2, "{text}");
     assert!(

@@ -24,7 +24,7 @@ pub fn attention(
     options: &AttentionOptions,
 ) -> Result<AttentionOutput<f32>, AttentionError> {
     // TODO 1: check the inputs (shapes, NaN and infinities, the scale) and find the scale:
-    //         `let CheckedInputs { shape, scale } = check_inputs(q, k, v, options)?;`
+    //         `let CheckedInputs { shape, scale, .. } = check_inputs(q, k, v, options)?;`
     // TODO 2: S = scale * Q Kᵀ for every batch b and head h: an array [B, H, Nq, Nkv].
     // TODO 3: if `options.causal`, set S[b, h, i, j] = -inf for every key
     //         j >= shape.visible_keys(i, true).

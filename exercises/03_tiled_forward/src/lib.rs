@@ -61,29 +61,11 @@ impl TileSizes {
     }
 }
 
-/// `S = scale · Q_t K_tᵀ` for one tile pair: `q_tile [Br, D]`, `k_tile [Bc, D]`, written into
-/// `s [Br, Bc]` (given). Compute every tile's scores with it, once per tile: it also counts
-/// the tiles it computes, which is how the grader sees that the causal tiles right of the
+/// `S = scale · Q_t K_tᵀ` for one tile pair, and the tile counter (given, from lesson 03).
+/// Compute every tile's scores with `tile_scores(scale, q_tile, k_tile, &mut s)`, once per
+/// tile: the grader counts the tiles it computes to see that the causal tiles right of the
 /// diagonal are skipped.
-pub fn tile_scores(
-    scale: f32,
-    q_tile: ArrayView2<f32>,
-    k_tile: ArrayView2<f32>,
-    s: &mut ArrayViewMut2<f32>,
-) {
-    TILES_COMPUTED.with(|count| count.set(count.get() + 1));
-    general_mat_mul(scale, &q_tile, &k_tile.t(), 0.0, s);
-}
-
-thread_local! {
-    static TILES_COMPUTED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
-
-/// How many tiles [`tile_scores`] has computed on this thread so far (given; the grader reads
-/// it).
-pub fn tiles_computed() -> usize {
-    TILES_COMPUTED.with(|count| count.get())
-}
+pub use lesson03::{tile_scores, tiles_computed};
 
 /// Tiled FlashAttention-2 forward: `q [B,H,Nq,D]`, `k [B,H,Nkv,D]`, `v [B,H,Nkv,D]` ->
 /// `O [B,H,Nq,D]`, `L [B,H,Nq]`, never holding more than one `Br x Bc` tile of scores.
@@ -94,7 +76,7 @@ pub fn attention(
     options: &AttentionOptions,
     tiles: TileSizes,
 ) -> Result<AttentionOutput<f32>, AttentionError> {
-    // TODO 1: validate: `let CheckedInputs { shape, scale } = check_inputs(q, k, v, options)?;`
+    // TODO 1: validate: `let CheckedInputs { shape, scale, .. } = check_inputs(q, k, v, options)?;`
     //         (shapes, NaN and infinities, the scale); `tiles.fitted_to(&shape)` (a tile larger
     //         than the sequence is one tile of all of it); start from
     //         `AttentionOutput::empty(&shape)`.

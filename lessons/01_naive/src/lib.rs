@@ -24,7 +24,7 @@ pub fn attention(
     v: &Array4<f32>,
     options: &AttentionOptions,
 ) -> Result<AttentionOutput<f32>, AttentionError> {
-    let CheckedInputs { shape, scale } = check_inputs(q, k, v, options)?;
+    let CheckedInputs { shape, scale, .. } = check_inputs(q, k, v, options)?;
 
     let mut scores = scaled_scores(q, k, scale); // S: [B, H, Nq, Nkv]
     if options.causal {

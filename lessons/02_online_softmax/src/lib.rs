@@ -116,7 +116,7 @@ pub fn attention(
     v: &Array4<f32>,
     options: &AttentionOptions,
 ) -> Result<AttentionOutput<f32>, AttentionError> {
-    let CheckedInputs { shape, scale } = check_inputs(q, k, v, options)?;
+    let CheckedInputs { shape, scale, .. } = check_inputs(q, k, v, options)?;
     let mut out = AttentionOutput::empty(&shape);
 
     for b in 0..shape.batch {

@@ -17,6 +17,7 @@
 //! With `causal`, key tiles that lie entirely in the future of every row of the query tile are
 //! never visited, and the mask is applied only to tiles that straddle the diagonal.
 
+use std::cell::Cell;
 use std::ops::Range;
 
 use ndarray::linalg::general_mat_mul;
@@ -92,7 +93,7 @@ pub fn attention(
     options: &AttentionOptions,
     tiles: TileSizes,
 ) -> Result<AttentionOutput<f32>, AttentionError> {
-    let CheckedInputs { shape, scale } = check_inputs(q, k, v, options)?;
+    let CheckedInputs { shape, scale, .. } = check_inputs(q, k, v, options)?;
     let tiles = tiles.fitted_to(&shape);
     let mut out = AttentionOutput::empty(&shape);
 
@@ -161,8 +162,7 @@ fn forward_query_tile(
             break; // every later key tile lies further in the future: skip them all unread
         }
         let mut s = scores.slice_mut(s![.., ..keys.len()]);
-        // S = scale * Q_t K_tᵀ   [Br, Bc]
-        general_mat_mul(scale, &tile.q, &k.slice(s![keys.clone(), ..]).t(), 0.0, &mut s);
+        tile_scores(scale, tile.q.view(), k.slice(s![keys.clone(), ..]), &mut s); // [Br, Bc]
         if kind == TileKind::Masked {
             mask_future_keys(&mut s, tile.first_row, first_key, shape);
         }
@@ -171,6 +171,31 @@ fn forward_query_tile(
     state.finish(tile.o, tile.lse);
 }
 // ANCHOR_END: query_tile
+
+// ANCHOR: tile_scores
+/// `S = scale · Q_t K_tᵀ` for one tile pair: `q_tile [Br, D]`, `k_tile [Bc, D]`, written into
+/// `s [Br, Bc]`. It also counts the tiles it computes, on the calling thread, so that a test
+/// can see that the causal tiles right of the diagonal are never computed
+/// ([`tiles_computed`]).
+pub fn tile_scores(
+    scale: f32,
+    q_tile: ArrayView2<f32>,
+    k_tile: ArrayView2<f32>,
+    s: &mut ArrayViewMut2<f32>,
+) {
+    TILES_COMPUTED.with(|count| count.set(count.get() + 1));
+    general_mat_mul(scale, &q_tile, &k_tile.t(), 0.0, s);
+}
+
+thread_local! {
+    static TILES_COMPUTED: Cell<usize> = const { Cell::new(0) };
+}
+
+/// How many tiles of scores [`tile_scores`] has computed on this thread so far.
+pub fn tiles_computed() -> usize {
+    TILES_COMPUTED.with(Cell::get)
+}
+// ANCHOR_END: tile_scores
 
 // ANCHOR: classify
 /// What the causal mask does to one (query tile, key tile) pair.
@@ -205,6 +230,22 @@ pub fn classify_tile(
     }
 }
 // ANCHOR_END: classify
+
+/// How many (query tile, key tile) pairs of one head have a key that some row of the query
+/// tile sees: the tiles FlashAttention computes (all of them without the mask).
+pub fn tiles_to_compute(shape: &AttentionShape, causal: bool, tiles: TileSizes) -> usize {
+    let tiles = tiles.fitted_to(shape);
+    let ranges = |n: usize, size: usize| (0..n).step_by(size).map(move |s| s..(s + size).min(n));
+    ranges(shape.q_len, tiles.query_rows)
+        .map(|rows| {
+            ranges(shape.kv_len, tiles.key_cols)
+                .filter(|keys| {
+                    classify_tile(shape, causal, rows.clone(), keys.clone()) != TileKind::Skipped
+                })
+                .count()
+        })
+        .sum()
+}
 
 /// Sets `S_ij = -inf` for the keys of this tile that row `first_row + i` may not see.
 pub fn mask_future_keys(

@@ -1,7 +1,7 @@
 //! Lesson 03 against the f64 oracle and the shared contract, over random shapes *and* random
 //! tile sizes (1, sizes that do not divide N, and tiles larger than N).
 
-use lesson03::{TileSizes, attention};
+use lesson03::{TileSizes, attention, tiles_computed, tiles_to_compute};
 use ndarray::Array4;
 use proptest::prelude::*;
 use reference::checks::{
@@ -48,6 +48,22 @@ proptest! {
     #[test]
     fn logsumexp_is_at_least_the_row_max(case in cases(ShapeLimits::CPU), tiles in tiles()) {
         check_lse_at_least_row_max(&with_tiles(tiles), &case, Tolerance::F32).map_err(TestCaseError::fail)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(config(64))]
+
+    /// Causal tiles right of the diagonal are skipped, not computed and masked: the tile
+    /// counter of `tile_scores` sees exactly the pairs with a visible key.
+    #[test]
+    fn only_tiles_with_a_visible_key_are_computed(case in cases(ShapeLimits::CPU), tiles in tiles()) {
+        let p = case.problem();
+        let before = tiles_computed();
+        run(&with_tiles(tiles), &p).unwrap();
+        let shape = case.spec.shape();
+        let per_head = tiles_to_compute(&shape, case.spec.causal, tiles);
+        prop_assert_eq!(tiles_computed() - before, per_head * shape.batch * shape.heads);
     }
 }
 

@@ -20,7 +20,7 @@ pub fn attention(
     tiles: TileSizes,
     fast_bytes: usize,
 ) -> Result<Run, AttentionError> {
-    let CheckedInputs { shape, scale } = check_inputs(q, k, v, options)?;
+    let CheckedInputs { shape, scale, .. } = check_inputs(q, k, v, options)?;
     let tiles = tiles.fitted_to(&shape); // tiles larger than the problem: one tile of all of it
     let (br, bc, d) = (tiles.query_rows(), tiles.key_cols(), shape.head_dim);
     let mut mem = TwoLevelMemory::new(fast_bytes);

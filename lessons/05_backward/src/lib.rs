@@ -36,7 +36,7 @@ pub fn backward(
     d_o: &Array4<f32>,
     tiles: TileSizes,
 ) -> Result<Gradients<f32>, AttentionError> {
-    let CheckedInputs { shape, scale } = check_inputs(q, k, v, options)?;
+    let CheckedInputs { shape, scale, .. } = check_inputs(q, k, v, options)?;
     check_same_shape("dO", d_o, "Q", q)?;
     check_same_shape("O", &forward.o, "Q", q)?;
     check_lse_shape(&forward.lse, q)?;

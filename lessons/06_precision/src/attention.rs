@@ -29,7 +29,12 @@ pub fn naive<T: Element>(
     v: &Array4<T>,
     options: &AttentionOptions,
 ) -> Result<Output<T>, AttentionError> {
-    let CheckedInputs { shape, scale } = check_inputs(q, k, v, options)?;
+    let CheckedInputs { shape, scale, logit_bound } = check_inputs(q, k, v, options)?;
+    // S is stored in T: a logit beyond T's range would become an infinity, then NaN.
+    if logit_bound > f64::from(T::LARGEST) {
+        let largest = f64::from(T::LARGEST);
+        return Err(AttentionError::LogitsOverflow { bound: logit_bound, largest });
+    }
     let mut o = Array4::from_elem(q.dim(), T::from_f32(0.0));
     let mut lse = Array3::from_elem(shape.lse_dims(), f32::NEG_INFINITY);
     for b in 0..shape.batch {
@@ -111,7 +116,7 @@ pub fn flash_rounding_weights<T: Element>(
     options: &AttentionOptions,
     tiles: TileSizes,
 ) -> Result<Output<T>, AttentionError> {
-    let CheckedInputs { shape, scale } = check_inputs(q, k, v, options)?;
+    let CheckedInputs { shape, scale, .. } = check_inputs(q, k, v, options)?;
     let tiles = tiles.fitted_to(&shape);
     let (q, k, v) = (widen(q), widen(k), widen(v));
     let mut out = AttentionOutput::empty(&shape);

@@ -270,3 +270,21 @@ fn long_rows_need_an_f32_softmax_sum() {
         assert!((out.lse[[0, 0, 0]] - (n as f32).ln()).abs() < 1e-5);
     }
 }
+
+#[test]
+fn logits_beyond_the_storage_formats_range_are_an_error_in_naive_attention() {
+    // Q and K near 300 (f16 holds them) make logits near 300 * 300 * 8 / sqrt(8) = 2.5e5:
+    // beyond f16's 65504. Naive attention stores S in f16 and must refuse; FlashAttention
+    // keeps S in f32 and computes it.
+    let q = ndarray::Array4::<f16>::from_elem((1, 1, 2, 8), f16::from_f32(300.0));
+    let k = ndarray::Array4::<f16>::from_elem((1, 1, 3, 8), f16::from_f32(300.0));
+    let v = ndarray::Array4::<f16>::from_elem((1, 1, 3, 8), f16::from_f32(1.0));
+    let options = AttentionOptions::new();
+    let err = naive(&q, &k, &v, &options).unwrap_err();
+    assert!(
+        matches!(err, AttentionError::LogitsOverflow { largest, .. } if largest == 65504.0),
+        "{err}"
+    );
+    let out = flash(&q, &k, &v, &options, lesson03::TileSizes::default()).unwrap();
+    assert!(out.o.iter().all(|x| x.to_f32() == 1.0));
+}

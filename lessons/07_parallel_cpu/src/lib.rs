@@ -43,7 +43,7 @@ pub fn attention(
     options: &AttentionOptions,
     tiles: TileSizes,
 ) -> Result<AttentionOutput<f32>, AttentionError> {
-    let CheckedInputs { shape, scale } = check_inputs(q, k, v, options)?;
+    let CheckedInputs { shape, scale, .. } = check_inputs(q, k, v, options)?;
     let tiles = tiles.fitted_to(&shape);
     // Scores in base-2 units: s * scale * log2(e), so that e^(s - m) becomes 2^(s' - m').
     let scale_log2 = scale * std::f32::consts::LOG2_E;

@@ -69,6 +69,14 @@ impl FlashAttention {
         head_dim: usize,
     ) -> Result<Self, AttentionError> {
         check_fits(device, tiles, head_dim)?;
+        if !gpu::kernel::bindings_used(source, "flash_forward")?.contains(&6) {
+            return Err(AttentionError::Gpu(
+                "flash_forward never writes tiles_loaded (@binding(6)); expected the kernel to \
+                 count the tiles each workgroup loads and write the count, as the given code \
+                 does (load_tile's first line and the end of flash_forward)"
+                    .to_string(),
+            ));
+        }
         let constants = [
             ("BLOCK_Q", tiles.query_rows() as f64),
             ("BLOCK_KV", tiles.key_cols() as f64),

@@ -255,3 +255,17 @@ fn causal_tiles_right_of_the_diagonal_are_never_loaded() {
         reference::assert_close(&out, &expected, TOLERANCE);
     }
 }
+
+/// A kernel that does not write the tile counts would leave binding 6 out of its layout; the
+/// host says what is missing instead of failing to bind.
+#[test]
+fn a_kernel_without_the_tile_counts_is_a_clear_error() {
+    let Some(gpu) = gpu::for_tests() else { return };
+    let write = "        tiles_loaded[slice * grid.x + tile.x] = my_tiles_loaded;\n";
+    assert!(lesson09::SHADER.contains(write));
+    let without = lesson09::SHADER.replace(write, "");
+    let err = FlashAttention::from_source(&gpu.device, &without, lesson09::default_tiles(), 8)
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("never writes tiles_loaded (@binding(6))"), "{err}");
+}

@@ -6,7 +6,7 @@
 //! cargo grade --list       print the progress list without grading
 //! cargo grade --self-check maintainers: lessons and controls pass, every mutant is caught by
 //!                          its check, stubs are not started
-//! cargo grade --stress [ROUNDS]  maintainers: the in-process self-check ROUNDS times (20 by
+//! cargo grade --stress [ROUNDS]  maintainers: the in-process self-check ROUNDS times (5 by
 //!                          default), each from a new seed with 20 times the random cases
 //! cargo grade --stress --seed S  one such round from seed S (to reproduce a failure)
 //! ```
@@ -45,38 +45,56 @@ static ALLOC: reference::memory::CountingAllocator = reference::memory::Counting
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let root = match workspace_root() {
-        Ok(root) => root,
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    if let Some(code) = without_a_workspace(&args) {
+        return code;
+    }
+    // Everything else reads or grades the exercises of the workspace we are in.
+    match workspace_root() {
+        Ok(root) => in_the_workspace(&root, &args),
         Err(message) => {
             eprintln!("error: {message}");
-            return ExitCode::from(2);
+            ExitCode::from(2)
         }
+    }
+}
+
+/// The commands that need no workspace: `--help` and the maintainers' `--stress` (which runs
+/// the self-check in this process); `None` for the others.
+fn without_a_workspace(args: &[&str]) -> Option<ExitCode> {
+    let number = |text: &str, what: &str| {
+        text.parse::<u64>().map_err(|_| {
+            eprintln!("error: {what}, got `{text}`\n{USAGE}");
+            ExitCode::from(2)
+        })
     };
-    match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+    let code = match args {
         ["--help" | "-h"] => {
             println!("{USAGE}");
             ExitCode::SUCCESS
         }
+        ["--stress"] => stress(5, None),
+        ["--stress", "--seed", seed] => match number(seed, "--seed takes a whole number") {
+            Ok(seed) => stress(1, Some(seed)),
+            Err(code) => code,
+        },
+        ["--stress", rounds] => match number(rounds, "--stress takes a number of rounds") {
+            Ok(rounds) => stress(rounds, None),
+            Err(code) => code,
+        },
+        _ => return None,
+    };
+    Some(code)
+}
+
+/// Grading, the progress list and the self-check, in the workspace at `root`.
+fn in_the_workspace(root: &Path, args: &[&str]) -> ExitCode {
+    match args {
         ["--list"] => {
-            print_progress(&load_progress(&root));
+            print_progress(&load_progress(root));
             ExitCode::SUCCESS
         }
-        ["--self-check"] => self_check(&root),
-        ["--stress"] => stress(20, None),
-        ["--stress", "--seed", seed] => match seed.parse() {
-            Ok(seed) => stress(1, Some(seed)),
-            Err(_) => {
-                eprintln!("error: --seed takes a whole number, got `{seed}`\n{USAGE}");
-                ExitCode::from(2)
-            }
-        },
-        ["--stress", rounds] => match rounds.parse() {
-            Ok(rounds) => stress(rounds, None),
-            Err(_) => {
-                eprintln!("error: --stress takes a number of rounds, got `{rounds}`\n{USAGE}");
-                ExitCode::from(2)
-            }
-        },
+        ["--self-check"] => self_check(root),
         names => {
             let unknown: Vec<_> =
                 names.iter().filter(|n| !EXERCISES.iter().any(|e| e.0 == **n)).collect();
@@ -92,13 +110,13 @@ fn main() -> ExitCode {
             } else {
                 names.to_vec()
             };
-            let mut progress = load_progress(&root);
+            let mut progress = load_progress(root);
             for exercise in &chosen {
-                let (status, score) = grade(&root, exercise);
+                let (status, score) = grade(root, exercise);
                 progress.insert(exercise.to_string(), (status, score));
                 println!();
             }
-            save_progress(&root, &progress);
+            save_progress(root, &progress);
             print_progress(&progress);
             let all_done =
                 chosen.iter().all(|e| progress.get(*e).is_some_and(|(s, _)| *s == Status::Done));
@@ -230,7 +248,7 @@ fn print_progress(progress: &BTreeMap<String, (Status, String)>) {
 /// The in-process self-check, `rounds` times, each from a fresh seed (printed) with 20 times
 /// the random cases: no lesson or control may fail and every mutant must be caught by its
 /// check, every time.
-fn stress(rounds: u32, fixed_seed: Option<u64>) -> ExitCode {
+fn stress(rounds: u64, fixed_seed: Option<u64>) -> ExitCode {
     grader::check::quiet_panics();
     grader::check::set_cases_factor(20);
     let mut ok = true;

@@ -25,7 +25,13 @@ if old not in text:
     sys.exit(f"planted bug not applicable, text not found in {path}: {old!r}")
 open(path, "w").write(text.replace(old, new, 1))
 PY
-    log=$(RUST_BACKTRACE=0 cargo test -p "$package" --test contract 2>&1 || true)
+    # --format pretty: one line per test, even when CARGO_TERM_QUIET asks for dots
+    log=$(RUST_BACKTRACE=0 cargo test -p "$package" --test contract -- --format pretty 2>&1 || true)
+    if ! grep -q '^test result' <<<"$log"; then
+        echo "the tests of $package did not run with the bug '$name' planted:" >&2
+        echo "$log" >&2
+        exit 1
+    fi
     failed=$( (grep -E '^test .* \.\.\. FAILED$' <<<"$log" || true) |
         sed -E 's/^test (.*) \.\.\. FAILED$/`\1`/' | sort | paste -sd, - | sed 's/,/, /g')
     echo "| $name | \`$(basename "$file")\` | ${failed:-**none: the bug went unseen**} |"
@@ -46,6 +52,8 @@ plant "causal mask shifted by one key" "$flash" lesson09 \
     'let end = i32(row) + 1 +' 'let end = i32(row) + 2 +'
 plant "no rescale of the accumulator by exp(m - m')" "$flash" lesson09 \
     'acc[c] *= correction;' 'acc[c] *= 1.0;'
+plant "no causal tile skipping (every tile loaded, the mask does the rest)" "$flash" lesson09 \
+    'let kv_end = visible_keys(last_row);' 'let kv_end = params.kv_len;'
 plant "causal mask shifted by one key" "$naive" lesson08 \
     'let end = i32(row) + 1 +' 'let end = i32(row) +'
 plant "last key of each row left out of O = PV" "$naive" lesson08 \

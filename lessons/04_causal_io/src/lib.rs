@@ -131,8 +131,9 @@ pub fn tiles_for_fast_memory(
         let needed = working_set_bytes(TileSizes::new(1, 1)?, head_dim);
         return Err(AttentionError::TilesDoNotFit { needed, available: fast_bytes });
     }
-    // fits(low) holds and fits(high) does not: a side of 2^33 needs more than 2^66 bytes.
-    let (mut low, mut high) = (1usize, 1usize << 33);
+    // fits(low) holds and fits(high) does not: for a side above sqrt(usize::MAX), b * b alone
+    // is more bytes than any memory.
+    let (mut low, mut high) = (1usize, usize::MAX.isqrt() + 1);
     while high - low > 1 {
         let middle = low + (high - low) / 2;
         if fits(middle) { low = middle } else { high = middle }

@@ -9,7 +9,8 @@
 
 use ndarray::{Array3, Array4, s};
 use reference::{
-    AttentionError, AttentionOptions, AttentionOutput, AttentionShape, CheckedInputs, check_inputs,
+    About, AttentionError, AttentionOptions, AttentionOutput, AttentionShape, CheckedInputs,
+    Forward, check_inputs,
 };
 
 use crate::buffers;
@@ -166,6 +167,51 @@ pub trait AttentionKernel {
     ) -> Result<Vec<Dispatch>, AttentionError>;
 }
 
+// ANCHOR: prepared
+/// A kernel's dispatches bound to one problem's buffers on the device: upload once, run as
+/// often as needed (a benchmark's repeats, a model's layers), read back when wanted.
+pub struct Prepared {
+    /// Q, K, V, O, L and the params on the device.
+    pub io: AttentionBuffers,
+    dispatches: Vec<Dispatch>,
+}
+
+impl Prepared {
+    /// Validates and uploads the inputs, and binds `kernel`'s dispatches to them.
+    pub fn new(
+        device: &wgpu::Device,
+        kernel: &(impl AttentionKernel + ?Sized),
+        q: &Array4<f32>,
+        k: &Array4<f32>,
+        v: &Array4<f32>,
+        options: &AttentionOptions,
+    ) -> Result<Self, AttentionError> {
+        let io = AttentionBuffers::upload(device, q, k, v, options, kernel.row_alignment())?;
+        let dispatches = kernel.dispatches(device, &io)?;
+        Ok(Self { io, dispatches })
+    }
+
+    /// Runs the dispatches once and waits for the GPU; with a `timer`, returns the GPU time.
+    pub fn run(
+        &self,
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+        timer: Option<&crate::GpuTimer>,
+    ) -> Result<Option<f64>, AttentionError> {
+        launch(device, queue, &self.dispatches, timer)
+    }
+
+    /// Downloads `O` and `L` as the last run left them.
+    pub fn read_output(
+        &self,
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+    ) -> Result<AttentionOutput<f32>, AttentionError> {
+        self.io.read_output(device, queue)
+    }
+}
+// ANCHOR_END: prepared
+
 // ANCHOR: attention_on
 /// Runs `kernel` on one problem with a given device and queue: upload, dispatch, download.
 pub fn attention_on(
@@ -177,9 +223,43 @@ pub fn attention_on(
     v: &Array4<f32>,
     options: &AttentionOptions,
 ) -> Result<AttentionOutput<f32>, AttentionError> {
-    let io = AttentionBuffers::upload(device, q, k, v, options, kernel.row_alignment())?;
-    let dispatches = kernel.dispatches(device, &io)?;
-    launch(device, queue, &dispatches, None)?;
-    io.read_output(device, queue)
+    let prepared = Prepared::new(device, kernel, q, k, v, options)?;
+    prepared.run(device, queue, None)?;
+    prepared.read_output(device, queue)
 }
 // ANCHOR_END: attention_on
+
+// ANCHOR: kernel_version
+/// A GPU kernel version of the course: its card, and how to build it for a device and a head
+/// dimension (a kernel may compile its shader for one `D`).
+pub struct KernelVersion {
+    /// Name, lesson, kind ([`reference::Kind::GpuKernel`]), storage format, tolerance.
+    pub about: About,
+    /// Compiles the kernel for `device` and head dimension `D`, or says why it cannot.
+    pub build: fn(&wgpu::Device, usize) -> Built,
+}
+
+/// What building a kernel gives: the kernel, or why it does not fit the device or head dim.
+pub type Built = Result<Box<dyn AttentionKernel>, AttentionError>;
+
+impl KernelVersion {
+    /// This version as a [`Forward`] on `gpu`: inputs validated first (bad input is reported
+    /// before any shader is compiled), then the kernel built for their head dimension, and one
+    /// upload, run and download.
+    pub fn forward_on(&self, gpu: &'static crate::Gpu) -> Box<dyn Forward> {
+        let build = self.build;
+        Box::new(
+            move |q: &Array4<f32>, k: &Array4<f32>, v: &Array4<f32>, options: &AttentionOptions| {
+                let CheckedInputs { shape, .. } = check_inputs(q, k, v, options)?;
+                let kernel = build(&gpu.device, shape.head_dim)?;
+                attention_on(&gpu.device, &gpu.queue, kernel.as_ref(), q, k, v, options)
+            },
+        )
+    }
+}
+
+/// `kernel` boxed as a [`KernelVersion::build`] result.
+pub fn boxed(kernel: Result<impl AttentionKernel + 'static, AttentionError>) -> Built {
+    Ok(Box::new(kernel?))
+}
+// ANCHOR_END: kernel_version

@@ -8,33 +8,12 @@
 
 use ndarray::{Array4, s};
 
+use crate::contract::Forward;
 use crate::strategies::Case;
 use crate::{
     AttentionError, AttentionOptions, AttentionOutput, Gradients, NonFiniteValue, Problem,
     ProblemSpec, Tolerance, check_gradients, check_output, oracle,
 };
-
-/// The signature every forward implementation has (extra parameters, such as tile sizes, are
-/// bound by a closure).
-pub trait Forward:
-    Fn(
-    &Array4<f32>,
-    &Array4<f32>,
-    &Array4<f32>,
-    &AttentionOptions,
-) -> Result<AttentionOutput<f32>, AttentionError>
-{
-}
-
-impl<F> Forward for F where
-    F: Fn(
-        &Array4<f32>,
-        &Array4<f32>,
-        &Array4<f32>,
-        &AttentionOptions,
-    ) -> Result<AttentionOutput<f32>, AttentionError>
-{
-}
 
 /// Runs `forward` on a problem.
 pub fn run(

@@ -38,8 +38,9 @@
 
 use ndarray::{Array3, Array4, ArrayBase, Data, Dimension, IntoDimension};
 
-use crate::AttentionError;
+use crate::error::AttentionError;
 use crate::error::NonFiniteValue;
+use crate::oracle::Gradients;
 
 /// Options shared by every forward implementation.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -312,6 +313,57 @@ impl AttentionOutput<f32> {
     pub fn bytes(&self) -> usize {
         (self.o.len() + self.lse.len()) * size_of::<f32>()
     }
+}
+
+// ANCHOR: forward_trait
+/// The signature every forward implementation has: `Q [B,H,Nq,D]`, `K`, `V [B,H,Nkv,D]` and
+/// the options in, `O` and `L` out. Extra parameters (tile sizes, a device) are bound by a
+/// closure, so that one test body, one registry entry and one benchmark loop serve every stage.
+pub trait Forward:
+    Fn(
+    &Array4<f32>,
+    &Array4<f32>,
+    &Array4<f32>,
+    &AttentionOptions,
+) -> Result<AttentionOutput<f32>, AttentionError>
+{
+}
+
+impl<F> Forward for F where
+    F: Fn(
+        &Array4<f32>,
+        &Array4<f32>,
+        &Array4<f32>,
+        &AttentionOptions,
+    ) -> Result<AttentionOutput<f32>, AttentionError>
+{
+}
+// ANCHOR_END: forward_trait
+
+/// The signature of a backward pass: the forward's inputs, its output (`O` and `L`, from which
+/// `P` is recomputed) and `dO` in; `dQ`, `dK`, `dV` out.
+pub trait Backward:
+    Fn(
+    &Array4<f32>,
+    &Array4<f32>,
+    &Array4<f32>,
+    &AttentionOptions,
+    &AttentionOutput<f32>,
+    &Array4<f32>,
+) -> Result<Gradients<f32>, AttentionError>
+{
+}
+
+impl<F> Backward for F where
+    F: Fn(
+        &Array4<f32>,
+        &Array4<f32>,
+        &Array4<f32>,
+        &AttentionOptions,
+        &AttentionOutput<f32>,
+        &Array4<f32>,
+    ) -> Result<Gradients<f32>, AttentionError>
+{
 }
 
 #[cfg(test)]

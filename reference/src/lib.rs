@@ -1,7 +1,10 @@
 //! # reference — the course's ground truth
 //!
 //! * [`contract`]: the one contract every forward implementation follows (shapes, scale,
-//!   bottom-right causal mask, `O` and the logsumexp `L`) and the shape validation they share.
+//!   bottom-right causal mask, `O` and the logsumexp `L`), the shape validation they share,
+//!   and the [`Forward`] and [`Backward`] signatures.
+//! * [`version`]: what the registry knows about each implementation (name, lesson, kind,
+//!   storage format, tolerance).
 //! * [`oracle`]: attention in f64, straight from the definition. Every stage is tested
 //!   against it.
 //! * [`problem`]: seeded random problems; [`strategies`]: proptest strategies over shapes,
@@ -22,14 +25,16 @@ pub mod oracle;
 pub mod plot;
 pub mod problem;
 pub mod strategies;
+pub mod version;
 
 pub use compare::{
     Comparison, Tolerance, assert_close, check_agreement, check_gradients, check_output, compare,
 };
 pub use contract::{
-    AttentionOptions, AttentionOutput, AttentionShape, CheckedInputs, check_finite, check_inputs,
-    check_logsumexp, check_lse_shape, check_same_shape,
+    AttentionOptions, AttentionOutput, AttentionShape, Backward, CheckedInputs, Forward,
+    check_finite, check_inputs, check_logsumexp, check_lse_shape, check_same_shape,
 };
 pub use error::{AttentionError, NonFiniteValue};
 pub use oracle::{Expected, ExpectedGradients, Gradients};
 pub use problem::{Problem, ProblemSpec};
+pub use version::{About, BackwardVersion, ForwardVersion, Kind, Storage};

@@ -6,16 +6,15 @@
 use proptest::prelude::*;
 use reference::checks::run;
 use reference::strategies::{ShapeLimits, cases, config};
-use reference::{AttentionOutput, check_agreement, check_output, oracle};
-use tour::Stage;
+use reference::{AttentionOutput, ForwardVersion, check_agreement, check_output, oracle};
 
-/// Every CPU stage, and the GPU stages unless the machine has no GPU adapter and
+/// Every registered CPU forward, and the GPU kernels unless the machine has no GPU adapter and
 /// `FLASH_SKIP_GPU_TESTS` is set (without it, no adapter fails the test with the error that
 /// says how to install lavapipe).
-fn every_stage() -> Vec<Stage> {
-    let mut stages = tour::stages();
+fn every_stage() -> Vec<ForwardVersion> {
+    let mut stages = registry::cpu_forwards();
     if gpu::for_tests().is_some() {
-        stages.extend(tour::gpu_stages().expect("the adapter was found"));
+        stages.extend(registry::gpu_forwards().expect("the adapter was found"));
     }
     stages
 }
@@ -29,16 +28,16 @@ proptest! {
         let expected = oracle::expected(&p.q, &p.k, &p.v, &p.options).unwrap();
         let mut first: Option<(&str, AttentionOutput<f32>)> = None;
         for stage in every_stage() {
-            let fail = |e: String| TestCaseError::fail(format!("{}: {case:?}\n{e}", stage.package));
+            let fail = |e: String| TestCaseError::fail(format!("{}: {case:?}\n{e}", stage.about.lesson));
             let out = run(&stage.forward, &p).map_err(|e| fail(e.to_string()))?;
-            check_output(&out, &expected, stage.tolerance).map_err(|e| fail(format!("vs the oracle: {e}")))?;
+            check_output(&out, &expected, stage.about.tolerance).map_err(|e| fail(format!("vs the oracle: {e}")))?;
             // Two results may each be off the oracle by their bound, in opposite directions. The
             // first stage is f32, whose bound is the tightest, so twice this stage's bound covers
             // both.
             match &first {
-                None => first = Some((stage.package, out)),
+                None => first = Some((stage.about.lesson, out)),
                 Some((name, reference)) => {
-                    check_agreement(&out, reference, &expected, stage.tolerance).map_err(|e| fail(format!("vs {name}: {e}")))?;
+                    check_agreement(&out, reference, &expected, stage.about.tolerance).map_err(|e| fail(format!("vs {name}: {e}")))?;
                 }
             }
         }
@@ -47,9 +46,9 @@ proptest! {
 
 #[test]
 fn every_stage_of_the_course_so_far_is_checked() {
-    let packages: Vec<_> = every_stage().iter().map(|s| s.package).collect();
+    let packages: Vec<_> = every_stage().iter().map(|s| s.about.lesson).collect();
     let cpu = ["lesson01", "lesson02", "lesson03", "lesson04", "lesson06", "lesson06", "lesson07"];
-    let gpu = ["lesson08", "lesson09"];
+    let gpu = ["lesson08", "lesson09", "lesson09"];
     if gpu::for_tests().is_some() {
         assert_eq!(packages, [&cpu[..], &gpu[..]].concat());
     } else {

@@ -146,6 +146,25 @@ pub fn tile_ranges(n: usize, size: usize) -> impl Iterator<Item = Range<usize>> 
     (0..n).step_by(size).map(move |start| start..(start + size).min(n))
 }
 
+// ANCHOR: versions
+/// FlashAttention-1's loop order, for the course's registry (the naive and FlashAttention-2
+/// walks of this lesson compute what lessons 01 and 03 do; they are here to count traffic).
+pub fn versions() -> Vec<reference::ForwardVersion> {
+    use reference::{About, ForwardVersion, Kind};
+    let about = About::f32(
+        "FlashAttention-1 loop order",
+        env!("CARGO_PKG_NAME"),
+        Kind::CpuForward,
+        "the outer loop over key tiles: O, m and l of every row read and written per key tile",
+    );
+    let tiles = TileSizes::default();
+    vec![ForwardVersion::new(about, move |q: &_, k: &_, v: &_, options: &_| {
+        // Fast memory is no limit here: the registry compares results, not traffic.
+        flash1::attention(q, k, v, options, tiles, usize::MAX).map(|run| run.output)
+    })]
+}
+// ANCHOR_END: versions
+
 #[cfg(test)]
 mod tests {
     use super::*;

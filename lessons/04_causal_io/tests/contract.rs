@@ -5,8 +5,9 @@ use lesson03::TileSizes;
 use lesson04::{Run, flash1, flash2, naive};
 use ndarray::Array4;
 use proptest::prelude::*;
+use reference::Forward;
 use reference::checks::{
-    Forward, check_against_oracle, check_heads_independent, check_rejects_bad_inputs,
+    check_against_oracle, check_heads_independent, check_rejects_bad_inputs,
     check_rejects_non_finite_inputs, check_rejects_overflowing_logits,
 };
 use reference::strategies::{ShapeLimits, cases, config, tile_size};

@@ -160,3 +160,23 @@ fn key_tile_gradients(
     (dk_j, dv_j)
 }
 // ANCHOR_END: key_tile
+
+// ANCHOR: versions
+/// This lesson's backward pass with lesson 03's default tiles, for the course's registry.
+pub fn versions() -> Vec<reference::BackwardVersion> {
+    use reference::{About, BackwardVersion, Kind};
+    let about = About::f32(
+        "tiled, recomputes P from L",
+        env!("CARGO_PKG_NAME"),
+        Kind::CpuBackward,
+        "dQ, dK, dV tile by tile, P recomputed from the forward's L instead of stored",
+    );
+    let tiles = TileSizes::default();
+    vec![BackwardVersion::new(
+        about,
+        move |q: &_, k: &_, v: &_, options: &_, forward: &_, d_o: &_| {
+            backward(q, k, v, options, forward, d_o, tiles)
+        },
+    )]
+}
+// ANCHOR_END: versions

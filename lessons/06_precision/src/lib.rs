@@ -25,3 +25,31 @@ pub mod policy;
 
 pub use attention::{Output, flash, flash_rounding_weights, naive};
 pub use element::{Dtype, Element, round_checked, round_to, widen};
+
+// ANCHOR: versions
+/// FlashAttention on f16 and on bf16 storage with f32 math, for the course's registry.
+pub fn versions() -> Vec<reference::ForwardVersion> {
+    use reference::{About, ForwardVersion, Kind, Storage, Tolerance};
+    let f16 = About::f32(
+        "f16 storage, f32 math",
+        env!("CARGO_PKG_NAME"),
+        Kind::CpuForward,
+        "Q, K, V and O stored in f16, every sum and the softmax state in f32",
+    )
+    .stored_in(Storage::F16, Tolerance::F16_STORAGE);
+    let bf16 = About {
+        name: "bf16 storage, f32 math",
+        change: "the same in bf16: f32's range, 8 bits of precision",
+        ..f16
+    }
+    .stored_in(Storage::BF16, Tolerance::BF16_STORAGE);
+    vec![
+        ForwardVersion::new(f16, |q: &_, k: &_, v: &_, options: &_| {
+            policy::attention_in_precision(q, k, v, options, Dtype::F16)
+        }),
+        ForwardVersion::new(bf16, |q: &_, k: &_, v: &_, options: &_| {
+            policy::attention_in_precision(q, k, v, options, Dtype::BF16)
+        }),
+    ]
+}
+// ANCHOR_END: versions

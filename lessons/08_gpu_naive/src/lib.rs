@@ -156,3 +156,18 @@ pub fn attention(
     attention_on(&gpu.device, &gpu.queue, q, k, v, options)
 }
 // ANCHOR_END: attention
+
+// ANCHOR: versions
+/// This lesson's kernels, for the course's registry.
+pub fn versions() -> Vec<gpu::attention::KernelVersion> {
+    use gpu::attention::{KernelVersion, boxed};
+    use reference::{About, Kind};
+    let about = About::f32(
+        "GPU naive, 3 WGSL kernels",
+        env!("CARGO_PKG_NAME"),
+        Kind::GpuKernel,
+        "lesson 01 on a GPU: S and P in GPU memory, one thread per element or row",
+    );
+    vec![KernelVersion { about, build: |device, _| boxed(NaiveAttention::new(device)) }]
+}
+// ANCHOR_END: versions

@@ -4,8 +4,9 @@
 use lesson08::{NaiveAttention, attention_on, score_bytes};
 use ndarray::Array4;
 use proptest::prelude::*;
+use reference::Forward;
 use reference::checks::{
-    Forward, check_against_oracle, check_heads_independent, check_lse_at_least_row_max,
+    check_against_oracle, check_heads_independent, check_lse_at_least_row_max,
     check_rejects_bad_inputs, check_rejects_non_finite_inputs, check_rejects_overflowing_logits,
     run,
 };

@@ -19,39 +19,11 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use gpu::attention::{AttentionBuffers, AttentionKernel};
-use gpu::kernel::launch;
+use gpu::attention::{AttentionBuffers, AttentionKernel, Prepared};
 use gpu::{Gpu, GpuTimer};
 use ndarray::s;
 use reference::plot::{Plot, Series, write_csv};
-use reference::{AttentionError, Problem, ProblemSpec, Tolerance, check_output, oracle};
-
-/// A compiled kernel version, or why it could not be built.
-type Built = Result<Box<dyn AttentionKernel>, AttentionError>;
-
-/// One kernel version: a name and how to build it for a head dim.
-struct Version {
-    name: &'static str,
-    build: fn(&wgpu::Device, usize) -> Built,
-}
-
-const VERSIONS: [Version; 3] = [
-    Version {
-        name: "naive (lesson 08)",
-        build: |device, _| boxed(lesson08::NaiveAttention::new(device)),
-    },
-    Version { name: "flash 64x32 (lesson 09)", build: |device, d| flash(device, 64, 32, d) },
-    Version { name: "flash 128x16 (lesson 09)", build: |device, d| flash(device, 128, 16, d) },
-];
-
-fn boxed(kernel: Result<impl AttentionKernel + 'static, AttentionError>) -> Built {
-    Ok(Box::new(kernel?))
-}
-
-fn flash(device: &wgpu::Device, br: usize, bc: usize, d: usize) -> Built {
-    let tiles = lesson09::TileSizes::new(br, bc)?;
-    boxed(lesson09::FlashAttention::new(device, tiles, d))
-}
+use reference::{Problem, ProblemSpec, Tolerance, check_output, oracle};
 
 /// Sizes of one benchmark run.
 struct Sizes {
@@ -106,28 +78,20 @@ fn measure(
 ) -> Measurement {
     let spec = ProblemSpec::new(sizes.batch, sizes.heads, n, n, sizes.head_dim).causal(causal);
     let problems = [Problem::random(&spec, 1), Problem::random(&spec, 2)];
-    let mut runs = Vec::new();
-    for p in &problems {
-        let io = AttentionBuffers::upload(
-            &gpu.device,
-            &p.q,
-            &p.k,
-            &p.v,
-            &p.options,
-            kernel.row_alignment(),
-        )
+    let (device, queue) = (&gpu.device, &gpu.queue);
+    let runs = problems
+        .iter()
+        .map(|p| Prepared::new(device, kernel, &p.q, &p.k, &p.v, &p.options))
+        .collect::<Result<Vec<_>, _>>()
         .map_err(|e| e.to_string())?;
-        let dispatches = kernel.dispatches(&gpu.device, &io).map_err(|e| e.to_string())?;
-        runs.push((io, dispatches));
-    }
-    launch(&gpu.device, &gpu.queue, &runs[0].1, None).map_err(|e| e.to_string())?;
-    check_first_slice(gpu, &runs[0].0, &problems[0])?;
-    for (_, dispatches) in runs.iter().cycle().take(3) {
-        launch(&gpu.device, &gpu.queue, dispatches, None).map_err(|e| e.to_string())?;
+    runs[0].run(device, queue, None).map_err(|e| e.to_string())?;
+    check_first_slice(gpu, &runs[0].io, &problems[0])?;
+    for run in runs.iter().cycle().take(3) {
+        run.run(device, queue, None).map_err(|e| e.to_string())?;
     }
     let mut times = Vec::new();
-    for (_, dispatches) in runs.iter().cycle().take(sizes.repeats) {
-        let seconds = launch(&gpu.device, &gpu.queue, dispatches, Some(timer));
+    for run in runs.iter().cycle().take(sizes.repeats) {
+        let seconds = run.run(device, queue, Some(timer));
         times.push(seconds.map_err(|e| e.to_string())?.expect("timed"));
     }
     times.sort_by(f64::total_cmp);
@@ -244,7 +208,7 @@ fn main() -> Result<(), String> {
 
     // 1. Validate every version against the f64 oracle before timing anything.
     let mut kernels = Vec::new();
-    for version in &VERSIONS {
+    for version in registry::gpu_kernels() {
         let kernel = (version.build)(&gpu.device, sizes.head_dim).map_err(|e| e.to_string())?;
         let specs = [
             ProblemSpec::new(1, 2, 333, 333, sizes.head_dim),
@@ -254,10 +218,10 @@ fn main() -> Result<(), String> {
         let result: Result<(), String> =
             specs.iter().try_for_each(|spec| validate(gpu, kernel.as_ref(), spec));
         match result {
-            Ok(()) => println!("validated against the f64 oracle: {}", version.name),
-            Err(e) => return Err(format!("{} is wrong, not timing it:\n{e}", version.name)),
+            Ok(()) => println!("validated against the f64 oracle: {}", version.about.name),
+            Err(e) => return Err(format!("{} is wrong, not timing it:\n{e}", version.about.name)),
         }
-        kernels.push((version.name, kernel));
+        kernels.push((version.about.name, kernel));
     }
     println!();
 

@@ -293,3 +293,30 @@ pub fn attention(
     attention_on(&gpu.device, &gpu.queue, q, k, v, options, tiles)
 }
 // ANCHOR_END: attention
+
+// ANCHOR: versions
+/// This lesson's kernel at two tile sizes, for the course's registry. The first is the
+/// default; the second trades keys per tile for more rows (threads) per workgroup.
+pub fn versions() -> Vec<gpu::attention::KernelVersion> {
+    use gpu::attention::{KernelVersion, boxed};
+    use reference::{About, Kind};
+    let first = About::f32(
+        "GPU FlashAttention 64x32",
+        env!("CARGO_PKG_NAME"),
+        Kind::GpuKernel,
+        "lesson 03 on a GPU: one thread per query row, K and V tiles in workgroup memory",
+    );
+    let second = About {
+        name: "GPU FlashAttention 128x16",
+        change: "twice the rows per workgroup, half the keys per tile",
+        ..first
+    };
+    fn flash(device: &wgpu::Device, br: usize, bc: usize, d: usize) -> gpu::attention::Built {
+        boxed(FlashAttention::new(device, TileSizes::new(br, bc)?, d))
+    }
+    vec![
+        KernelVersion { about: first, build: |device, d| flash(device, 64, 32, d) },
+        KernelVersion { about: second, build: |device, d| flash(device, 128, 16, d) },
+    ]
+}
+// ANCHOR_END: versions

@@ -2,19 +2,22 @@
 //! random shapes and random tile sizes. The test bodies are the ones every CPU stage runs
 //! (`reference::checks`): only the forward function handed to them differs.
 
+use gpu::attention::Prepared;
 use lesson09::{
     FlashAttention, MAX_BLOCK_KV, TileSizes, attention_on, largest_key_tile, workgroup_bytes,
 };
 use ndarray::Array4;
 use proptest::prelude::*;
+use reference::Forward;
 use reference::checks::{
-    Forward, check_against_oracle, check_heads_independent, check_lse_at_least_row_max,
+    check_against_oracle, check_heads_independent, check_lse_at_least_row_max,
     check_rejects_bad_inputs, check_rejects_non_finite_inputs, check_rejects_overflowing_logits,
     run,
 };
 use reference::strategies::{Case, ShapeLimits, cases, config};
 use reference::{
-    AttentionError, AttentionOptions, Problem, ProblemSpec, Tolerance, check_agreement, oracle,
+    AttentionError, AttentionOptions, Problem, ProblemSpec, Tolerance, check_agreement,
+    check_output, oracle,
 };
 
 /// Lesson 09 with fixed tiles on the test device, in the shape every stage shares.
@@ -268,4 +271,31 @@ fn a_kernel_without_the_tile_counts_is_a_clear_error() {
         .err()
         .expect("refused");
     assert!(err.to_string().contains("never writes tiles_loaded (@binding(6))"), "{err}");
+}
+
+#[test]
+fn a_prepared_kernel_runs_many_times_on_buffers_uploaded_once() {
+    let Some(gpu) = gpu::for_tests() else { return };
+    let (device, queue) = (&gpu.device, &gpu.queue);
+    let p = Problem::random(&ProblemSpec::new(2, 2, 70, 45, 24).causal(true), 11);
+    let kernel = FlashAttention::new(device, lesson09::default_tiles(), 24).unwrap();
+    let prepared = Prepared::new(device, &kernel, &p.q, &p.k, &p.v, &p.options).unwrap();
+    let mut outputs = Vec::new();
+    for _ in 0..3 {
+        prepared.run(device, queue, None).unwrap();
+        outputs.push(prepared.read_output(device, queue).unwrap());
+    }
+    let expected = oracle::expected(&p.q, &p.k, &p.v, &p.options).unwrap();
+    check_output(&outputs[0], &expected, TOLERANCE).unwrap();
+    assert!(outputs.iter().all(|out| *out == outputs[0]), "a second run changed O or L");
+}
+
+#[test]
+fn every_registered_version_rejects_bad_input() {
+    let Some(gpu) = gpu::for_tests() else { return };
+    for version in lesson09::versions() {
+        let forward = version.forward_on(gpu);
+        check_rejects_bad_inputs(&forward).unwrap();
+        check_rejects_non_finite_inputs(&forward).unwrap();
+    }
 }

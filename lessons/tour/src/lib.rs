@@ -1,120 +1,32 @@
 //! # The tour: every stage of the course, side by side
 //!
 //! [`stages`] lists every CPU forward implementation that exists so far, in course order, and
-//! [`gpu_stages`] the GPU ones when the machine has a GPU adapter (or lavapipe). The
+//! [`gpu_stages`] the GPU ones when the machine has a GPU adapter (or lavapipe), both read from
+//! the course's `registry`. The
 //! tour binary (`cargo run --release` at the workspace root) runs them all on one problem,
 //! checks each against the f64 oracle, and prints error, time and peak memory; the grader's
 //! cross-stage equivalence test runs the same list on random problems.
 
 use std::time::{Duration, Instant};
 
-use lesson06::Dtype;
-use lesson06::policy::attention_in_precision;
 use ndarray::Array4;
-use reference::checks::{Forward, run};
+use reference::checks::run;
 use reference::memory::{NotInstalled, peak_bytes_during};
 use reference::{
-    AttentionError, Comparison, Expected, ExpectedGradients, Problem, Tolerance, check_gradients,
-    check_output,
+    AttentionError, BackwardVersion, Comparison, Expected, ExpectedGradients, ForwardVersion,
+    Problem, check_gradients, check_output,
 };
 
-/// One stage of the course.
-pub struct Stage {
-    /// Short name shown in the table.
-    pub name: &'static str,
-    /// The package that implements it.
-    pub package: &'static str,
-    /// The forward function, in the shape every stage shares.
-    pub forward: Box<dyn Forward>,
-    /// How close to the oracle it must be: the f32 error model, or for a stage that rounds its
-    /// inputs to 16 bits that format's.
-    pub tolerance: Tolerance,
-}
-
 // ANCHOR: stages
-/// Every stage that exists so far, in course order.
-pub fn stages() -> Vec<Stage> {
-    let tiled = lesson03::TileSizes::default();
-    vec![
-        Stage {
-            name: "naive (S and P in memory)",
-            package: "lesson01",
-            forward: Box::new(lesson01::attention),
-            tolerance: Tolerance::F32,
-        },
-        Stage {
-            name: "online, one key at a time",
-            package: "lesson02",
-            forward: Box::new(lesson02::attention),
-            tolerance: Tolerance::F32,
-        },
-        Stage {
-            name: "tiled FlashAttention-2",
-            package: "lesson03",
-            forward: Box::new(move |q: &_, k: &_, v: &_, o: &_| {
-                lesson03::attention(q, k, v, o, tiled)
-            }),
-            tolerance: Tolerance::F32,
-        },
-        Stage {
-            name: "FlashAttention-1 loop order",
-            package: "lesson04",
-            forward: Box::new(move |q: &_, k: &_, v: &_, o: &_| {
-                // Fast memory is no limit here: the tour compares results, not traffic.
-                lesson04::flash1::attention(q, k, v, o, tiled, usize::MAX).map(|run| run.output)
-            }),
-            tolerance: Tolerance::F32,
-        },
-        Stage {
-            name: "f16 storage, f32 math",
-            package: "lesson06",
-            forward: Box::new(|q: &_, k: &_, v: &_, o: &_| {
-                attention_in_precision(q, k, v, o, Dtype::F16)
-            }),
-            tolerance: Tolerance::F16_STORAGE,
-        },
-        Stage {
-            name: "bf16 storage, f32 math",
-            package: "lesson06",
-            forward: Box::new(|q: &_, k: &_, v: &_, o: &_| {
-                attention_in_precision(q, k, v, o, Dtype::BF16)
-            }),
-            tolerance: Tolerance::BF16_STORAGE,
-        },
-        Stage {
-            name: "parallel, vectorised exp2",
-            package: "lesson07",
-            forward: Box::new(|q: &_, k: &_, v: &_, o: &_| {
-                lesson07::attention(q, k, v, o, lesson07::default_tiles())
-            }),
-            tolerance: Tolerance::F32,
-        },
-    ]
+/// Every CPU forward stage, in course order, from the course's registry.
+pub fn stages() -> Vec<ForwardVersion> {
+    registry::cpu_forwards()
 }
 
-/// The GPU stages (lessons 08 and 09, f32) on the process's shared device, or the error that
-/// says why there is no GPU adapter (and how to install lavapipe).
-pub fn gpu_stages() -> Result<Vec<Stage>, AttentionError> {
-    let gpu = gpu::Gpu::shared()?;
-    let (device, queue) = (&gpu.device, &gpu.queue);
-    Ok(vec![
-        Stage {
-            name: "GPU naive, 3 WGSL kernels",
-            package: "lesson08",
-            forward: Box::new(move |q: &_, k: &_, v: &_, o: &_| {
-                lesson08::attention_on(device, queue, q, k, v, o)
-            }),
-            tolerance: Tolerance::F32,
-        },
-        Stage {
-            name: "GPU FlashAttention, WGSL",
-            package: "lesson09",
-            forward: Box::new(move |q: &_, k: &_, v: &_, o: &_| {
-                lesson09::attention_on(device, queue, q, k, v, o, lesson09::default_tiles())
-            }),
-            tolerance: Tolerance::F32,
-        },
-    ])
+/// The GPU stages (every registered kernel version, f32) on the process's shared device, or
+/// the error that says why there is no GPU adapter (and how to install lavapipe).
+pub fn gpu_stages() -> Result<Vec<ForwardVersion>, AttentionError> {
+    registry::gpu_forwards()
 }
 // ANCHOR_END: stages
 
@@ -143,7 +55,7 @@ impl Measurement {
 /// Runs one stage on `problem`, timing it, measuring its peak memory (the counting allocator
 /// must be the binary's global allocator) and comparing its output with the oracle's.
 pub fn measure(
-    stage: &Stage,
+    stage: &ForwardVersion,
     problem: &Problem,
     expected: &Expected,
 ) -> Result<Measurement, NotInstalled> {
@@ -153,12 +65,17 @@ pub fn measure(
     let working_bytes = peak_bytes.saturating_sub(output.as_ref().map_or(0, |out| out.bytes()));
     let comparisons = output
         .map_err(|e| format!("returned an error: {e}"))
-        .and_then(|out| check_output(&out, expected, stage.tolerance));
-    Ok(Measurement { name: stage.name, package: stage.package, comparisons, time, working_bytes })
+        .and_then(|out| check_output(&out, expected, stage.about.tolerance));
+    let (name, package) = (stage.about.name, stage.about.lesson);
+    Ok(Measurement { name, package, comparisons, time, working_bytes })
 }
 
 /// What the tour measured for the backward pass.
 pub struct BackwardMeasurement {
+    /// The version's name.
+    pub name: &'static str,
+    /// The version's package.
+    pub package: &'static str,
     /// `dQ`, `dK`, `dV` compared with the oracle's gradients, or why they failed.
     pub comparisons: Result<[Comparison; 3], String>,
     /// Wall time of the call.
@@ -168,9 +85,10 @@ pub struct BackwardMeasurement {
 }
 
 // ANCHOR: backward
-/// Runs lesson 05's tiled backward pass on `problem` with `dO = d_o`, from the forward output
-/// of lesson 03, and compares the gradients with the oracle's `expected`.
+/// Runs a backward version on `problem` with `dO = d_o`, from the forward output of lesson 03,
+/// and compares the gradients with the oracle's `expected`.
 pub fn measure_backward(
+    version: &BackwardVersion,
     problem: &Problem,
     d_o: &Array4<f32>,
     expected: &ExpectedGradients,
@@ -181,13 +99,15 @@ pub fn measure_backward(
     let start = Instant::now();
     let (grads, peak) = peak_bytes_during(|| {
         let forward = forward.as_ref().map_err(|e| e.to_string())?;
-        lesson05::backward(q, k, v, options, forward, d_o, tiles).map_err(|e| e.to_string())
+        (version.backward)(q, k, v, options, forward, d_o).map_err(|e| e.to_string())
     })?;
     let time = start.elapsed();
     let gradient_bytes =
         grads.as_ref().map_or(0, |g| (g.dq.len() + g.dk.len() + g.dv.len()) * size_of::<f32>());
-    let comparisons = grads.and_then(|g| check_gradients(&g, expected, Tolerance::F32));
+    let comparisons = grads.and_then(|g| check_gradients(&g, expected, version.about.tolerance));
     Ok(BackwardMeasurement {
+        name: version.about.name,
+        package: version.about.lesson,
         comparisons,
         time,
         working_bytes: peak.saturating_sub(gradient_bytes),
@@ -195,9 +115,9 @@ pub fn measure_backward(
 }
 // ANCHOR_END: backward
 
-/// The backward pass's line of the tour.
-pub fn backward_table(m: &BackwardMeasurement) -> String {
-    let header = format!(
+/// The tour's table of backward passes: one row per measurement.
+pub fn backward_table(measurements: &[BackwardMeasurement]) -> String {
+    let mut out = format!(
         "{:<10} {:<27} {:>10} {:>10} {:>10} {:>9} {:>10} {:>12}  {}\n",
         "package",
         "backward",
@@ -209,6 +129,14 @@ pub fn backward_table(m: &BackwardMeasurement) -> String {
         "working mem",
         "check"
     );
+    for m in measurements {
+        out += &backward_row(m);
+    }
+    out
+}
+
+/// One row of [`backward_table`].
+fn backward_row(m: &BackwardMeasurement) -> String {
     let (errors, verdict) = match &m.comparisons {
         Ok(c) => (
             format!(
@@ -222,14 +150,13 @@ pub fn backward_table(m: &BackwardMeasurement) -> String {
         ),
         Err(why) => (format!("{:>42}", "-"), format!("FAILED: {}", why.replace('\n', "; "))),
     };
-    let row = format!(
+    format!(
         "{:<10} {:<27} {errors} {:>10} {:>12}  {verdict}\n",
-        "lesson05",
-        "tiled, recomputes P from L",
+        m.package,
+        m.name,
         format_duration(m.time),
         format_bytes(m.working_bytes)
-    );
-    header + &row
+    )
 }
 
 /// The tour's table: one row per measurement. "of bound" is the worst element's error as a
@@ -304,7 +231,7 @@ mod tests {
 
     #[test]
     fn stages_are_listed_in_course_order() {
-        let packages: Vec<_> = stages().iter().map(|s| s.package).collect();
+        let packages: Vec<_> = stages().iter().map(|s| s.about.lesson).collect();
         let mut sorted = packages.clone();
         sorted.sort();
         assert_eq!(packages, sorted);

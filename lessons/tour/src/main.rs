@@ -95,15 +95,20 @@ fn main() -> ExitCode {
         }
     };
     println!("\nf64 oracle gradients (dO random): {}\n", format_duration(start.elapsed()));
-    let backward = match measure_backward(&problem, &d_o, &expected_grads) {
-        Ok(m) => m,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::FAILURE;
+    let mut backwards = Vec::new();
+    for version in registry::backwards() {
+        match measure_backward(&version, &problem, &d_o, &expected_grads) {
+            Ok(m) => backwards.push(m),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
         }
-    };
-    print!("{}", backward_table(&backward));
-    let backward_ok = backward.comparisons.as_ref().is_ok_and(|c| c.iter().all(|c| c.passed()));
+    }
+    print!("{}", backward_table(&backwards));
+    let backward_ok = backwards
+        .iter()
+        .all(|m| m.comparisons.as_ref().is_ok_and(|c| c.iter().all(|c| c.passed())));
 
     let output = AttentionOutput::empty(&spec.shape()).bytes();
     println!(

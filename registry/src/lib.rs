@@ -1,0 +1,133 @@
+//! # registry — every stage and kernel version of the course, once
+//!
+//! Each lesson exports its implementations as versions (`lessonNN::versions()`: a card saying
+//! name, lesson, kind, storage format and tolerance, and the code). This crate lists the
+//! lessons in course order, and everything that runs "every stage" reads it: the tour, the
+//! cross-stage equivalence test, the benchmarks. A new version of a lesson appears in all of
+//! them by being added to that lesson's `versions()`; a new lesson takes one line here.
+//!
+//! The GPU kernels sit behind the `gpu` feature, so that a CPU-only reader builds no wgpu.
+
+use reference::{About, BackwardVersion, ForwardVersion};
+
+// ANCHOR: registry
+/// Every CPU forward version, in course order.
+pub fn cpu_forwards() -> Vec<ForwardVersion> {
+    [
+        lesson01::versions(),
+        lesson02::versions(),
+        lesson03::versions(),
+        lesson04::versions(),
+        lesson06::versions(),
+        lesson07::versions(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// Every CPU backward version, in course order.
+pub fn backwards() -> Vec<BackwardVersion> {
+    lesson05::versions()
+}
+
+/// Every GPU kernel version, in course order.
+#[cfg(feature = "gpu")]
+pub fn gpu_kernels() -> Vec<gpu::attention::KernelVersion> {
+    [lesson08::versions(), lesson09::versions()].into_iter().flatten().collect()
+}
+// ANCHOR_END: registry
+
+/// Every GPU kernel version as a forward function on the process's shared GPU, or the error
+/// that says why there is no adapter (and how to install lavapipe).
+#[cfg(feature = "gpu")]
+pub fn gpu_forwards() -> Result<Vec<ForwardVersion>, reference::AttentionError> {
+    let gpu = gpu::Gpu::shared()?;
+    Ok(gpu_kernels()
+        .iter()
+        .map(|kernel| ForwardVersion { about: kernel.about, forward: kernel.forward_on(gpu) })
+        .collect())
+}
+
+/// The cards of every registered version (GPU kernels included with the `gpu` feature), in
+/// course order: CPU forwards, backwards, then GPU kernels.
+pub fn every_version() -> Vec<About> {
+    let mut cards: Vec<About> = cpu_forwards().iter().map(|v| v.about).collect();
+    cards.extend(backwards().iter().map(|v| v.about));
+    #[cfg(feature = "gpu")]
+    cards.extend(gpu_kernels().iter().map(|v| v.about));
+    cards
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::path::Path;
+
+    use reference::compare::Format;
+    use reference::{Kind, Storage};
+
+    use super::*;
+
+    #[test]
+    fn names_are_unique() {
+        let mut seen = BTreeSet::new();
+        for card in every_version() {
+            assert!(seen.insert(card.name), "two versions are called {:?}", card.name);
+        }
+    }
+
+    #[test]
+    fn each_list_holds_its_kind_in_course_order() {
+        let check = |cards: Vec<About>, kind: Kind| {
+            assert!(cards.iter().all(|c| c.kind == kind), "{kind:?} list: {cards:#?}");
+            let lessons: Vec<_> = cards.iter().map(|c| c.lesson).collect();
+            assert!(lessons.is_sorted(), "not in course order: {lessons:?}");
+        };
+        check(cpu_forwards().iter().map(|v| v.about).collect(), Kind::CpuForward);
+        check(backwards().iter().map(|v| v.about).collect(), Kind::CpuBackward);
+        #[cfg(feature = "gpu")]
+        check(gpu_kernels().iter().map(|v| v.about).collect(), Kind::GpuKernel);
+    }
+
+    #[test]
+    fn storage_agrees_with_the_tolerance() {
+        for card in every_version() {
+            let rounded = match card.storage {
+                Storage::F32 => Format::EXACT,
+                Storage::F16 => Format::F16,
+                Storage::BF16 => Format::BF16,
+            };
+            assert_eq!(card.tolerance.storage, rounded, "{}", card.name);
+        }
+    }
+
+    /// The lesson packages whose `src/lib.rs` exports `versions()`, read from the lessons
+    /// folder: a lesson that exports versions but is missing here fails this test.
+    fn lessons_exporting_versions() -> BTreeSet<String> {
+        let lessons = Path::new(env!("CARGO_MANIFEST_DIR")).join("../lessons");
+        let mut found = BTreeSet::new();
+        for entry in std::fs::read_dir(&lessons).expect("the lessons folder") {
+            let dir = entry.expect("a readable folder").path();
+            let lib = std::fs::read_to_string(dir.join("src/lib.rs")).unwrap_or_default();
+            if lib.contains("pub fn versions()") {
+                let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).expect("Cargo.toml");
+                let name = manifest
+                    .lines()
+                    .find_map(|l| l.strip_prefix("name = \""))
+                    .and_then(|rest| rest.strip_suffix('"'))
+                    .expect("a package name");
+                found.insert(name.to_string());
+            }
+        }
+        found
+    }
+
+    #[test]
+    #[cfg(feature = "gpu")]
+    fn every_lesson_with_versions_is_registered() {
+        let registered: BTreeSet<String> =
+            every_version().iter().map(|c| c.lesson.to_string()).collect();
+        assert_eq!(registered, lessons_exporting_versions());
+    }
+}

@@ -73,6 +73,48 @@ grade_fresh() {
     rm -rf "$saved"
 }
 
+# check_includes: every {{#include FILE}} or {{#include FILE:ANCHOR}} of the book names a file
+# that exists and, where given, an anchor the file defines (mdBook renders a missing anchor as
+# empty text, with no error); every anchor defined in the repository is shown by some chapter.
+check_includes() {
+    local bad=0 md spec path anchor file name
+    declare -A used=()
+    while IFS= read -r hit; do
+        md=${hit%%:*}
+        spec=${hit#*\{\{#include }
+        spec=${spec%\}\}}
+        path=${spec%%:*}
+        file=$(realpath -m "$(dirname "$md")/$path")
+        if [[ ! -f "$file" ]]; then
+            echo "$md: {{#include $spec}}: no file $path" >&2
+            bad=1
+            continue
+        fi
+        [[ "$spec" == *:* ]] || continue
+        anchor=${spec#*:}
+        used["$file:$anchor"]=1
+        if ! grep -Eq "ANCHOR:[[:space:]]*${anchor}([^[:alnum:]_-]|$)" "$file"; then
+            echo "$md: {{#include $spec}}: $path has no anchor \`$anchor\`" >&2
+            bad=1
+        fi
+    done < <(grep -roE '\{\{#include [^}]*\}\}' book/src --include='*.md')
+    while IFS= read -r hit; do
+        file=$(realpath -m "${hit%%:*}")
+        name=${hit##*ANCHOR: }
+        name=${name%%[!A-Za-z0-9_-]*}
+        if [[ -z "${used["$file:$name"]:-}" ]]; then
+            echo "${hit%%:*}: anchor \`$name\` is not shown by any chapter" >&2
+            bad=1
+        fi
+    done < <(git ls-files -z | xargs -0 grep -oE 'ANCHOR: [A-Za-z0-9_-]+' 2>/dev/null | grep -v '^book/src/')
+    return $bad
+}
+
+if $check && ! check_includes; then
+    echo "fix the includes or anchors above" >&2
+    stale=1
+fi
+
 # Graded checks draw random cases; a fixed seed makes their output repeatable.
 export PROPTEST_RNG_SEED=20261121
 
@@ -103,7 +145,7 @@ if $timings; then
     stamp error_model
     # Which tests each bug planted in the WGSL kernels turns red (GPU races make this vary
     # from run to run, so it is not part of --check).
-    bash book/gpu_planted_bugs.sh >"$out/gpu_mutants.md"
+    cargo run -p grader --example gpu_planted_bugs >"$out/gpu_mutants.md"
 fi
 # generated/gpu_benchmark.txt needs a real GPU (it was measured on an NVIDIA H200):
 #   (echo '$ PYTHON=python3 cargo run --release -p lesson09 --example benchmark';

@@ -229,7 +229,6 @@ pub fn attention_on(
 }
 // ANCHOR_END: attention_on
 
-// ANCHOR: kernel_version
 /// A GPU kernel version of the course: its card, and how to build it for a device and a head
 /// dimension (a kernel may compile its shader for one `D`).
 pub struct KernelVersion {
@@ -262,4 +261,3 @@ impl KernelVersion {
 pub fn boxed(kernel: Result<impl AttentionKernel + 'static, AttentionError>) -> Built {
     Ok(Box::new(kernel?))
 }
-// ANCHOR_END: kernel_version

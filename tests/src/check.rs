@@ -62,7 +62,6 @@ fn is_todo(message: &str) -> bool {
     message.contains("not yet implemented")
 }
 
-// ANCHOR: seed
 /// The seed every property check of this run draws its cases from: `PROPTEST_RNG_SEED` if it
 /// is set (CI sets it, so its runs are repeatable), otherwise a fresh one per run (so learners
 /// see new cases every time). A failure prints it, so the same cases can be drawn again.
@@ -79,7 +78,6 @@ pub fn seed() -> u64 {
     *SEED.lock().expect("not poisoned") = Some(seed);
     seed
 }
-// ANCHOR_END: seed
 
 /// Draws this run's cases from `seed` instead (the maintainers' stress run, `cargo grade
 /// --stress`, runs many seeds in one process).

@@ -143,7 +143,6 @@ pub fn attention(
 }
 // ANCHOR_END: attention
 
-// ANCHOR: versions
 /// This lesson's implementation, for the course's registry.
 pub fn versions() -> Vec<reference::ForwardVersion> {
     use reference::{About, ForwardVersion, Kind};
@@ -155,4 +154,3 @@ pub fn versions() -> Vec<reference::ForwardVersion> {
     );
     vec![ForwardVersion::new(about, attention)]
 }
-// ANCHOR_END: versions

@@ -328,7 +328,6 @@ impl RunningState {
 }
 // ANCHOR_END: running_state
 
-// ANCHOR: versions
 /// This lesson's implementation with its default tiles, for the course's registry.
 pub fn versions() -> Vec<reference::ForwardVersion> {
     use reference::{About, ForwardVersion, Kind};
@@ -343,7 +342,6 @@ pub fn versions() -> Vec<reference::ForwardVersion> {
         attention(q, k, v, options, tiles)
     })]
 }
-// ANCHOR_END: versions
 
 #[cfg(test)]
 mod tests {

@@ -146,7 +146,6 @@ pub fn tile_ranges(n: usize, size: usize) -> impl Iterator<Item = Range<usize>> 
     (0..n).step_by(size).map(move |start| start..(start + size).min(n))
 }
 
-// ANCHOR: versions
 /// FlashAttention-1's loop order, for the course's registry (the naive and FlashAttention-2
 /// walks of this lesson compute what lessons 01 and 03 do; they are here to count traffic).
 pub fn versions() -> Vec<reference::ForwardVersion> {
@@ -163,7 +162,6 @@ pub fn versions() -> Vec<reference::ForwardVersion> {
         flash1::attention(q, k, v, options, tiles, usize::MAX).map(|run| run.output)
     })]
 }
-// ANCHOR_END: versions
 
 #[cfg(test)]
 mod tests {

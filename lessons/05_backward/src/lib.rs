@@ -161,7 +161,6 @@ fn key_tile_gradients(
 }
 // ANCHOR_END: key_tile
 
-// ANCHOR: versions
 /// This lesson's backward pass with lesson 03's default tiles, for the course's registry.
 pub fn versions() -> Vec<reference::BackwardVersion> {
     use reference::{About, BackwardVersion, Kind};
@@ -179,4 +178,3 @@ pub fn versions() -> Vec<reference::BackwardVersion> {
         },
     )]
 }
-// ANCHOR_END: versions

@@ -26,7 +26,6 @@ pub mod policy;
 pub use attention::{Output, flash, flash_rounding_weights, naive};
 pub use element::{Dtype, Element, round_checked, round_to, widen};
 
-// ANCHOR: versions
 /// FlashAttention on f16 and on bf16 storage with f32 math, for the course's registry.
 pub fn versions() -> Vec<reference::ForwardVersion> {
     use reference::{About, ForwardVersion, Kind, Storage, Tolerance};
@@ -52,4 +51,3 @@ pub fn versions() -> Vec<reference::ForwardVersion> {
         }),
     ]
 }
-// ANCHOR_END: versions

@@ -162,7 +162,6 @@ fn query_tile(
 }
 // ANCHOR_END: query_tile
 
-// ANCHOR: versions
 /// This lesson's implementation with its default tiles, for the course's registry.
 pub fn versions() -> Vec<reference::ForwardVersion> {
     use reference::{About, ForwardVersion, Kind};
@@ -177,4 +176,3 @@ pub fn versions() -> Vec<reference::ForwardVersion> {
         attention(q, k, v, options, tiles)
     })]
 }
-// ANCHOR_END: versions

@@ -115,7 +115,6 @@ impl AttentionKernel for NaiveAttention {
 }
 // ANCHOR_END: dispatches
 
-// ANCHOR: attention
 /// Naive attention on a given device and queue: `q [B,H,Nq,D]`, `k`, `v [B,H,Nkv,D]` ->
 /// `O [B,H,Nq,D]`, `L [B,H,Nq]`, through an `S [B,H,Nq,Nkv]` buffer in GPU memory.
 pub fn attention_on(
@@ -155,9 +154,7 @@ pub fn attention(
     let gpu = gpu::Gpu::shared()?;
     attention_on(&gpu.device, &gpu.queue, q, k, v, options)
 }
-// ANCHOR_END: attention
 
-// ANCHOR: versions
 /// This lesson's kernels, for the course's registry.
 pub fn versions() -> Vec<gpu::attention::KernelVersion> {
     use gpu::attention::{KernelVersion, boxed};
@@ -170,4 +167,3 @@ pub fn versions() -> Vec<gpu::attention::KernelVersion> {
     );
     vec![KernelVersion { about, build: |device, _| boxed(NaiveAttention::new(device)) }]
 }
-// ANCHOR_END: versions

@@ -219,7 +219,6 @@ pub fn loop_iterations(tiles: TileSizes, shape: &AttentionShape) -> u64 {
     (shape.kv_len.div_ceil(bc) * per_tile + 1) as u64
 }
 
-// ANCHOR: attention
 /// FlashAttention forward on a given device and queue: `q [B,H,Nq,D]`, `k`, `v [B,H,Nkv,D]` ->
 /// `O [B,H,Nq,D]`, `L [B,H,Nq]`.
 pub fn attention_on(
@@ -292,7 +291,6 @@ pub fn attention(
     let gpu = gpu::Gpu::shared()?;
     attention_on(&gpu.device, &gpu.queue, q, k, v, options, tiles)
 }
-// ANCHOR_END: attention
 
 // ANCHOR: versions
 /// This lesson's kernel at two tile sizes, for the course's registry. The first is the

@@ -17,7 +17,6 @@ use reference::{
     Problem, check_gradients, check_output,
 };
 
-// ANCHOR: stages
 /// Every CPU forward stage, in course order, from the course's registry.
 pub fn stages() -> Vec<ForwardVersion> {
     registry::cpu_forwards()
@@ -28,7 +27,6 @@ pub fn stages() -> Vec<ForwardVersion> {
 pub fn gpu_stages() -> Result<Vec<ForwardVersion>, AttentionError> {
     registry::gpu_forwards()
 }
-// ANCHOR_END: stages
 
 /// What the tour measured for one stage.
 pub struct Measurement {
@@ -84,7 +82,6 @@ pub struct BackwardMeasurement {
     pub working_bytes: usize,
 }
 
-// ANCHOR: backward
 /// Runs a backward version on `problem` with `dO = d_o`, from the forward output of lesson 03,
 /// and compares the gradients with the oracle's `expected`.
 pub fn measure_backward(
@@ -113,7 +110,6 @@ pub fn measure_backward(
         working_bytes: peak.saturating_sub(gradient_bytes),
     })
 }
-// ANCHOR_END: backward
 
 /// The tour's table of backward passes: one row per measurement.
 pub fn backward_table(measurements: &[BackwardMeasurement]) -> String {

@@ -93,6 +93,11 @@ impl AttentionBuffers {
         })
     }
 
+    /// Bytes of the six buffers on the device.
+    pub fn bytes(&self) -> u64 {
+        [&self.params, &self.q, &self.k, &self.v, &self.o, &self.lse].iter().map(|b| b.size()).sum()
+    }
+
     /// Downloads `O` and `L` into the course's output type.
     pub fn read_output(
         &self,
@@ -167,7 +172,6 @@ pub trait AttentionKernel {
     ) -> Result<Vec<Dispatch>, AttentionError>;
 }
 
-// ANCHOR: prepared
 /// A kernel's dispatches bound to one problem's buffers on the device: upload once, run as
 /// often as needed (a benchmark's repeats, a model's layers), read back when wanted.
 pub struct Prepared {
@@ -210,7 +214,6 @@ impl Prepared {
         self.io.read_output(device, queue)
     }
 }
-// ANCHOR_END: prepared
 
 // ANCHOR: attention_on
 /// Runs `kernel` on one problem with a given device and queue: upload, dispatch, download.

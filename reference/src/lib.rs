@@ -13,7 +13,6 @@
 //! * [`checks`]: test bodies shared by every stage.
 //! * [`memory`]: a counting allocator that measures peak heap bytes.
 //! * [`layout`]: `[B, N, H, D]` <-> `[B, H, N, D]`.
-//! * [`plot`]: SVG line plots and CSV files for the book's figures.
 
 pub mod checks;
 pub mod compare;
@@ -22,7 +21,6 @@ pub mod error;
 pub mod layout;
 pub mod memory;
 pub mod oracle;
-pub mod plot;
 pub mod problem;
 pub mod strategies;
 pub mod version;

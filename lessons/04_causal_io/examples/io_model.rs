@@ -5,10 +5,9 @@
 //!
 //! `cargo run --release -p lesson04 --example io_model`
 
-use std::path::Path;
-
+use bench::plot::Scale;
+use bench::{Cell, Figures, Plot, Series, Table};
 use lesson04::{Run, flash1, flash2, naive, tiles_for_fast_memory};
-use reference::plot::{Plot, Series, write_csv};
 use reference::{AttentionError, Problem, ProblemSpec};
 
 const HEAD_DIM: usize = 64;
@@ -45,7 +44,8 @@ fn measure(n: usize, fast_bytes: usize) -> Result<(usize, [f64; 3]), AttentionEr
 }
 
 fn main() -> Result<(), String> {
-    let figures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../book/src/figures");
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let figures = Figures::from_args(&args)?;
     let fail = |e: AttentionError| e.to_string();
 
     println!(
@@ -56,7 +56,7 @@ fn main() -> Result<(), String> {
         "{:>6} {:>6} {:>10} {:>10} {:>10} {:>12}",
         "N", "tile", "naive", "FA-1", "FA-2", "naive/FA-2"
     );
-    let mut rows = Vec::new();
+    let mut rows = Table::new(&["n", "tile", "naive_mib", "flash1_mib", "flash2_mib"]);
     let mut by_n: [Vec<(f64, f64)>; 3] = Default::default();
     for n in [256, 512, 1024, 2048, 4096] {
         let (tile, mib) = measure(n, FAST_BYTES).map_err(fail)?;
@@ -67,50 +67,40 @@ fn main() -> Result<(), String> {
             mib[2],
             mib[0] / mib[2]
         );
-        rows.push(vec![
-            n.to_string(),
-            tile.to_string(),
-            format!("{:.4}", mib[0]),
-            format!("{:.4}", mib[1]),
-            format!("{:.4}", mib[2]),
-        ]);
+        rows.push(
+            [Cell::int(n), Cell::int(tile)]
+                .into_iter()
+                .chain(mib.map(|m| Cell::number(m, 4)))
+                .collect(),
+        );
         for (series, &m) in by_n.iter_mut().zip(&mib) {
             series.push((n as f64, m));
         }
     }
-    write_csv(
-        &figures.join("04_io_vs_n.csv"),
-        &["n", "tile", "naive_mib", "flash1_mib", "flash2_mib"],
-        &rows,
-    )?;
-    plot("Bytes moved against sequence length (D = 64, M = 64 KiB)", "sequence length N", by_n)
-        .write_svg(&figures.join("04_io_vs_n.svg"))?;
+    figures.write_csv("04_io_vs_n", &rows)?;
+    let title = "Bytes moved against sequence length (D = 64, M = 64 KiB)";
+    figures.write_svg("04_io_vs_n", &plot(title, "sequence length N", by_n))?;
 
     println!("\none head, N = {SEQ}, D = {HEAD_DIM}; MiB moved against the fast memory M");
     println!("{:>8} {:>6} {:>10} {:>10} {:>10}", "M (KiB)", "tile", "naive", "FA-1", "FA-2");
-    let mut rows = Vec::new();
+    let mut rows = Table::new(&["fast_kib", "tile", "naive_mib", "flash1_mib", "flash2_mib"]);
     let mut by_m: [Vec<(f64, f64)>; 3] = Default::default();
     for kib in [16, 32, 64, 128, 256, 512] {
         let (tile, mib) = measure(SEQ, kib << 10).map_err(fail)?;
         println!("{kib:>8} {tile:>6} {:>10.2} {:>10.2} {:>10.2}", mib[0], mib[1], mib[2]);
-        rows.push(vec![
-            kib.to_string(),
-            tile.to_string(),
-            format!("{:.4}", mib[0]),
-            format!("{:.4}", mib[1]),
-            format!("{:.4}", mib[2]),
-        ]);
+        rows.push(
+            [Cell::int(kib), Cell::int(tile)]
+                .into_iter()
+                .chain(mib.map(|m| Cell::number(m, 4)))
+                .collect(),
+        );
         for (series, &m) in by_m.iter_mut().zip(&mib) {
             series.push((kib as f64, m));
         }
     }
-    write_csv(
-        &figures.join("04_io_vs_m.csv"),
-        &["fast_kib", "tile", "naive_mib", "flash1_mib", "flash2_mib"],
-        &rows,
-    )?;
-    plot("Bytes moved against fast memory (N = 2048, D = 64)", "fast memory M (KiB)", by_m)
-        .write_svg(&figures.join("04_io_vs_m.svg"))?;
+    figures.write_csv("04_io_vs_m", &rows)?;
+    let title = "Bytes moved against fast memory (N = 2048, D = 64)";
+    figures.write_svg("04_io_vs_m", &plot(title, "fast memory M (KiB)", by_m))?;
     println!("\nwrote book/src/figures/04_io_vs_n.{{csv,svg}} and 04_io_vs_m.{{csv,svg}}");
     Ok(())
 }
@@ -120,8 +110,8 @@ fn plot(title: &str, x_label: &str, series: [Vec<(f64, f64)>; 3]) -> Plot {
         title: title.into(),
         x_label: x_label.into(),
         y_label: "MiB moved (log scale)".into(),
-        log_x: true,
-        log_y: true,
+        x_scale: Scale::Log2,
+        y_scale: Scale::Log10,
         series: ALGORITHMS
             .iter()
             .zip(series)

@@ -6,11 +6,9 @@
 //!
 //! `cargo run --release -p lesson06 --example error_table`
 
-use std::path::Path;
-
+use bench::{Cell, Figures, Table};
 use half::{bf16, f16};
 use lesson06::{Element, demos, flash, flash_rounding_weights, naive, round_to, widen};
-use reference::plot::write_csv;
 use reference::{Problem, ProblemSpec, oracle};
 
 /// Errors of `o` against `expected`: MSE, MAE, max, relative Frobenius.
@@ -43,7 +41,10 @@ fn rows_for<T: Element>(
 }
 
 fn main() -> Result<(), String> {
-    let mut csv = Vec::new();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let figures = Figures::from_args(&args)?;
+    let mut csv =
+        Table::new(&["logit_scale", "format", "algorithm", "mse", "mae", "max_err", "rel_err"]);
     for logit_scale in [1.0, 8.0] {
         let spec = ProblemSpec::new(1, 4, 512, 512, 64).logit_scale(logit_scale);
         let p = Problem::random(&spec, 7);
@@ -64,24 +65,17 @@ fn main() -> Result<(), String> {
         .concat();
         for (format, algo, [mse, mae, max, rel]) in rows {
             println!("{format:<6} {algo:<7} {mse:>10.2e} {mae:>10.2e} {max:>10.2e} {rel:>10.2e}");
-            csv.push(vec![
-                logit_scale.to_string(),
-                format,
-                algo.to_string(),
-                format!("{mse:e}"),
-                format!("{mae:e}"),
-                format!("{max:e}"),
-                format!("{rel:e}"),
-            ]);
+            let errors = [mse, mae, max, rel].map(|e| Cell::number(e, 3));
+            let labels = [
+                Cell::number(f64::from(logit_scale), 0),
+                Cell::Text(format),
+                Cell::Text(algo.into()),
+            ];
+            csv.push(labels.into_iter().chain(errors).collect());
         }
         println!();
     }
-    let figures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../book/src/figures");
-    write_csv(
-        &figures.join("06_error_table.csv"),
-        &["logit_scale", "format", "algorithm", "mse", "mae", "max_err", "rel_err"],
-        &csv,
-    )?;
+    figures.write_csv("06_error_table", &csv)?;
 
     println!("what must stay f32:");
     println!(

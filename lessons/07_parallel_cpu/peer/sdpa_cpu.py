@@ -5,8 +5,9 @@ alternating input sets.
     python3 sdpa_cpu.py --threads 2 --repeats 3 1,8,4096,64,0 4,8,1024,64,1
 
 Each argument is batch,heads,seq,head_dim,causal. Prints a first line "# torch VERSION, T threads",
-then one line per argument: batch,heads,seq,head_dim,causal,median_seconds. Exits with status 3
-if torch is missing.
+then CSV: the header batch,heads,seq,head_dim,causal,backend,seconds and one line per argument
+(backend cpu_fp32, seconds the median). The course's `bench::peer` reads the columns by their
+names. Exits with status 3 if torch is missing.
 """
 
 import argparse
@@ -29,6 +30,7 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"# torch {torch.__version__}, {torch.get_num_threads()} threads", flush=True)
+    print("batch,heads,seq,head_dim,causal,backend,seconds", flush=True)
     sdpa = torch.nn.functional.scaled_dot_product_attention
     for config in args.configs:
         b, h, n, d, causal = (int(x) for x in config.split(","))
@@ -41,7 +43,7 @@ def main():
                 start = time.perf_counter()
                 sdpa(q, k, v, is_causal=bool(causal))
                 times.append(time.perf_counter() - start)
-        print(f"{b},{h},{n},{d},{causal},{statistics.median(times)}", flush=True)
+        print(f"{b},{h},{n},{d},{causal},cpu_fp32,{statistics.median(times)}", flush=True)
 
 
 if __name__ == "__main__":

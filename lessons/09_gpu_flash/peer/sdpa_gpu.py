@@ -5,8 +5,9 @@ of several calls on two alternating input sets.
     python3 sdpa_gpu.py --repeats 20 4,16,1024,64,0 4,16,4096,64,1
 
 Each argument is batch,heads,seq,head_dim,causal. Prints a first line "# torch VERSION, DEVICE",
-then one line per argument and backend: batch,heads,seq,head_dim,causal,backend,median_seconds
-(nan when the backend cannot run the problem, e.g. out of memory). Backends: math_fp32,
+then CSV: the header batch,heads,seq,head_dim,causal,backend,seconds and one line per argument
+and backend, seconds being the median (nan when the backend cannot run the problem, e.g. out of
+memory). The course's `bench::peer` reads the columns by their names. Backends: math_fp32,
 efficient_fp32 (memory-efficient kernel), flash_fp16 (FlashAttention-2). Exits with status 3 if
 torch or CUDA is missing.
 """
@@ -55,6 +56,7 @@ def main():
         print("CUDA is not available to torch", file=sys.stderr)
         sys.exit(3)
     print(f"# torch {torch.__version__}, {torch.cuda.get_device_name()}", flush=True)
+    print("batch,heads,seq,head_dim,causal,backend,seconds", flush=True)
     for config in args.configs:
         b, h, n, d, causal = (int(x) for x in config.split(","))
         for name, backend, dtype in BACKENDS:

@@ -299,3 +299,10 @@ fn every_registered_version_rejects_bad_input() {
         check_rejects_non_finite_inputs(&forward).unwrap();
     }
 }
+
+#[test]
+fn every_barrier_is_in_uniform_control_flow() {
+    // A barrier that only some threads of a workgroup reach is undefined behaviour in WGSL;
+    // naga 30 accepts it and lavapipe may run it "correctly", so it is checked statically.
+    gpu::uniformity::check_barriers(lesson09::SHADER).unwrap();
+}

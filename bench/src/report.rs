@@ -1,0 +1,259 @@
+//! Reports: a table of typed cells printed as text and written as CSV from the same rows, and
+//! the one folder every figure goes to.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use crate::plot::Plot;
+
+/// One cell of a table.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Cell {
+    /// A label (a kernel's name, a size written as text).
+    Text(String),
+    /// A number shown with `decimals` places in the text table, written in full in the CSV.
+    Number {
+        /// The value.
+        value: f64,
+        /// Places after the point in the text table.
+        decimals: usize,
+    },
+    /// No number, and why (`exceeds a device limit`): shown in the text table, an empty field
+    /// in the CSV.
+    Missing(String),
+}
+
+impl Cell {
+    /// A whole number.
+    pub fn int(value: usize) -> Self {
+        Cell::Number { value: value as f64, decimals: 0 }
+    }
+
+    /// `value` with `decimals` places, or `Missing("-")` when it is not finite.
+    pub fn number(value: f64, decimals: usize) -> Self {
+        if value.is_finite() { Cell::Number { value, decimals } } else { Cell::Missing("-".into()) }
+    }
+
+    /// `Some(value)` with `decimals` places, or `Missing(why)`.
+    pub fn or_missing(value: Option<f64>, decimals: usize, why: &str) -> Self {
+        value.map_or_else(|| Cell::Missing(why.to_string()), |v| Cell::number(v, decimals))
+    }
+
+    fn text(&self) -> String {
+        match self {
+            Cell::Text(text) | Cell::Missing(text) => text.clone(),
+            Cell::Number { value, decimals } => format!("{value:.decimals$}"),
+        }
+    }
+
+    fn csv(&self) -> String {
+        match self {
+            // RFC 4180: a field with a comma, a quote or a line break is quoted, its quotes
+            // doubled.
+            Cell::Text(text) if text.contains([',', '"', '\n']) => {
+                format!("\"{}\"", text.replace('"', "\"\""))
+            }
+            Cell::Text(text) => text.clone(),
+            Cell::Number { value, .. } => value.to_string(),
+            Cell::Missing(_) => String::new(),
+        }
+    }
+}
+
+/// A table: named columns and rows of cells.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Table {
+    /// Column names (the CSV header).
+    pub columns: Vec<String>,
+    /// Rows, each with one cell per column.
+    pub rows: Vec<Vec<Cell>>,
+}
+
+impl Table {
+    /// An empty table with these columns.
+    pub fn new(columns: &[impl AsRef<str>]) -> Self {
+        Self { columns: columns.iter().map(|c| c.as_ref().to_string()).collect(), rows: Vec::new() }
+    }
+
+    /// Adds a row.
+    ///
+    /// # Panics
+    /// If the row does not have one cell per column (a bug in the benchmark, not in its input).
+    pub fn push(&mut self, row: Vec<Cell>) {
+        assert_eq!(row.len(), self.columns.len(), "a row of {:?}", self.columns);
+        self.rows.push(row);
+    }
+
+    /// The table as aligned text: the first column left-aligned, the others right-aligned.
+    pub fn to_text(&self) -> String {
+        let cells: Vec<Vec<String>> =
+            self.rows.iter().map(|row| row.iter().map(Cell::text).collect()).collect();
+        let widths: Vec<usize> = (0..self.columns.len())
+            .map(|c| {
+                cells
+                    .iter()
+                    .map(|r| r[c].chars().count())
+                    .chain([self.columns[c].len()])
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let line = |fields: &[String]| {
+            let mut out = String::new();
+            for (c, (field, width)) in fields.iter().zip(&widths).enumerate() {
+                let _ = match c {
+                    0 => write!(out, "{field:<width$}"),
+                    _ => write!(out, "  {field:>width$}"),
+                };
+            }
+            out.trim_end().to_string() + "\n"
+        };
+        let mut out = line(&self.columns);
+        for row in &cells {
+            out += &line(row);
+        }
+        out
+    }
+
+    /// The table as CSV: the column names, then one line per row.
+    pub fn to_csv(&self) -> String {
+        let mut out = self.columns.join(",") + "\n";
+        for row in &self.rows {
+            out += &(row.iter().map(Cell::csv).collect::<Vec<_>>().join(",") + "\n");
+        }
+        out
+    }
+}
+
+/// The folder a benchmark writes its CSV and SVG files to: `--out DIR` when given, else the
+/// book's `book/src/figures` in the workspace the program runs in.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Figures {
+    /// The folder.
+    pub dir: PathBuf,
+}
+
+impl Figures {
+    /// From the program's arguments (`--out DIR`), else the workspace's figures folder.
+    pub fn from_args(args: &[String]) -> Result<Self, String> {
+        if let Some(i) = args.iter().position(|a| a == "--out") {
+            let dir = args.get(i + 1).ok_or("--out needs a folder")?;
+            return Ok(Self { dir: PathBuf::from(dir) });
+        }
+        let cwd = std::env::current_dir().map_err(|e| format!("no current folder: {e}"))?;
+        let root = workspace_root(&cwd).ok_or_else(|| {
+            format!(
+                "{} is not inside the course's workspace: run from it, or pass --out DIR",
+                cwd.display()
+            )
+        })?;
+        Ok(Self { dir: root.join("book/src/figures") })
+    }
+
+    /// Writes `table` as `<stem>.csv`.
+    pub fn write_csv(&self, stem: &str, table: &Table) -> Result<PathBuf, String> {
+        let path = self.dir.join(format!("{stem}.csv"));
+        write_file(&path, &table.to_csv())?;
+        Ok(path)
+    }
+
+    /// Writes `plot` as `<stem>.svg`.
+    pub fn write_svg(&self, stem: &str, plot: &Plot) -> Result<PathBuf, String> {
+        let path = self.dir.join(format!("{stem}.svg"));
+        write_file(&path, &plot.to_svg()?)?;
+        Ok(path)
+    }
+}
+
+/// `relative` inside the workspace the program runs in (found from the current folder, so a
+/// copied or moved checkout uses its own files).
+pub fn in_workspace(relative: &str) -> Result<PathBuf, String> {
+    let cwd = std::env::current_dir().map_err(|e| format!("no current folder: {e}"))?;
+    let root = workspace_root(&cwd).ok_or_else(|| {
+        format!("{} is not inside the course's workspace: run from there", cwd.display())
+    })?;
+    Ok(root.join(relative))
+}
+
+/// The nearest folder at or above `start` whose Cargo.toml declares a `[workspace]`.
+pub fn workspace_root(start: &Path) -> Option<PathBuf> {
+    start.ancestors().find_map(|dir| {
+        let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).ok()?;
+        manifest.lines().any(|l| l.trim() == "[workspace]").then(|| dir.to_path_buf())
+    })
+}
+
+fn write_file(path: &Path, text: &str) -> Result<(), String> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// Least-squares slope of `ln y` against `ln x`: the exponent `k` of `y ~ x^k` (2 for a time
+/// that grows like `N^2`).
+pub fn log_log_slope(points: &[(f64, f64)]) -> f64 {
+    let logs: Vec<(f64, f64)> = points.iter().map(|(x, y)| (x.ln(), y.ln())).collect();
+    let n = logs.len() as f64;
+    let mean_x = logs.iter().map(|p| p.0).sum::<f64>() / n;
+    let mean_y = logs.iter().map(|p| p.1).sum::<f64>() / n;
+    let covariance: f64 = logs.iter().map(|(x, y)| (x - mean_x) * (y - mean_y)).sum();
+    let variance: f64 = logs.iter().map(|(x, _)| (x - mean_x).powi(2)).sum();
+    covariance / variance
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> Table {
+        let mut t = Table::new(&["kernel", "N", "ms"]);
+        t.push(vec![Cell::Text("naive".into()), Cell::int(1024), Cell::number(1.23456, 2)]);
+        t.push(vec![
+            Cell::Text("flash, v2".into()),
+            Cell::int(16384),
+            Cell::Missing("too big".into()),
+        ]);
+        t
+    }
+
+    #[test]
+    fn text_and_csv_come_from_the_same_cells() {
+        assert_eq!(
+            table().to_text(),
+            "kernel         N       ms\nnaive       1024     1.23\nflash, v2  16384  too big\n"
+        );
+        assert_eq!(table().to_csv(), "kernel,N,ms\nnaive,1024,1.23456\n\"flash, v2\",16384,\n");
+    }
+
+    #[test]
+    #[should_panic(expected = "a row of")]
+    fn a_row_of_the_wrong_width_is_a_bug() {
+        table().push(vec![Cell::int(1)]);
+    }
+
+    #[test]
+    fn not_finite_numbers_are_missing() {
+        assert_eq!(Cell::number(f64::NAN, 1), Cell::Missing("-".into()));
+        assert_eq!(Cell::or_missing(None, 1, "refused"), Cell::Missing("refused".into()));
+    }
+
+    #[test]
+    fn the_workspace_is_found_from_any_folder_inside_it() {
+        let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let root = workspace_root(&here.join("src")).unwrap();
+        assert_eq!(root, here.parent().unwrap());
+        assert_eq!(workspace_root(Path::new("/")), None);
+        let figures = Figures::from_args(&["--out".into(), "x".into()]).unwrap();
+        assert_eq!(figures.dir, PathBuf::from("x"));
+        assert!(Figures::from_args(&["--out".into()]).is_err());
+    }
+
+    #[test]
+    fn slopes_of_powers_are_their_exponents() {
+        let square: Vec<(f64, f64)> =
+            [1.0, 2.0, 4.0, 8.0].iter().map(|&n| (n, 3.0 * n * n)).collect();
+        assert!((log_log_slope(&square) - 2.0).abs() < 1e-12);
+    }
+}

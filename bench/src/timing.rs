@@ -1,0 +1,142 @@
+//! Timing: warm up, then the median of several runs, alternating between input sets.
+//!
+//! Why alternate: a kernel timed on the same input again and again finds it in cache, which
+//! it never would in a model; two input sets taken in turn keep each run honest. Why the
+//! median: on a shared machine some runs are slowed by other work, and the median ignores
+//! them where the mean would not.
+
+use std::time::Instant;
+
+/// The sorted times of one measurement, in seconds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Timings {
+    sorted: Vec<f64>,
+}
+
+impl Timings {
+    /// Times in any order; `None` when there are none or one is not a finite, non-negative
+    /// number of seconds.
+    pub fn from_seconds(mut seconds: Vec<f64>) -> Option<Self> {
+        if seconds.is_empty() || seconds.iter().any(|s| !s.is_finite() || *s < 0.0) {
+            return None;
+        }
+        seconds.sort_by(f64::total_cmp);
+        Some(Self { sorted: seconds })
+    }
+
+    /// The middle run (the upper middle of an even count).
+    pub fn median(&self) -> f64 {
+        self.sorted[self.sorted.len() / 2]
+    }
+
+    /// The fastest run.
+    pub fn fastest(&self) -> f64 {
+        self.sorted[0]
+    }
+
+    /// The slowest run.
+    pub fn slowest(&self) -> f64 {
+        self.sorted[self.sorted.len() - 1]
+    }
+
+    /// How many runs were timed.
+    pub fn runs(&self) -> usize {
+        self.sorted.len()
+    }
+}
+
+/// How many untimed and timed runs a measurement takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Repeats {
+    /// Runs before timing starts (caches, thread pools, shader compilation).
+    pub warmups: usize,
+    /// Timed runs; at least 1.
+    pub timed: usize,
+}
+
+impl Repeats {
+    /// `warmups` untimed runs, then `timed` timed ones (at least 1).
+    pub fn new(warmups: usize, timed: usize) -> Self {
+        Self { warmups, timed: timed.max(1) }
+    }
+}
+
+// ANCHOR: time_cpu
+/// Wall-clock times of `run` on the CPU: `repeats.warmups` untimed runs, then
+/// `repeats.timed` timed ones, taking `inputs` in turn. The result of each run goes through
+/// `black_box`, so the compiler cannot drop the work.
+///
+/// # Panics
+/// If `inputs` is empty.
+pub fn time_cpu<I, R>(inputs: &[I], repeats: Repeats, mut run: impl FnMut(&I) -> R) -> Timings {
+    assert!(!inputs.is_empty(), "time_cpu needs at least one input");
+    let mut turns = inputs.iter().cycle();
+    for input in turns.by_ref().take(repeats.warmups) {
+        std::hint::black_box(run(input));
+    }
+    let seconds = turns
+        .take(repeats.timed)
+        .map(|input| {
+            let start = Instant::now();
+            std::hint::black_box(run(input));
+            start.elapsed().as_secs_f64()
+        })
+        .collect();
+    Timings::from_seconds(seconds).expect("elapsed times are finite and at least one was taken")
+}
+// ANCHOR_END: time_cpu
+
+// ANCHOR: time_gpu
+/// GPU times of prepared kernels from timestamp queries (the time the GPU spent in the
+/// compute pass, not the host's wait): `repeats.warmups` untimed launches, then
+/// `repeats.timed` timed ones, taking the prepared input sets in turn.
+#[cfg(feature = "gpu")]
+pub fn time_gpu(
+    gpu: &gpu::Gpu,
+    timer: &gpu::GpuTimer,
+    prepared: &[gpu::attention::Prepared],
+    repeats: Repeats,
+) -> Result<Timings, reference::AttentionError> {
+    assert!(!prepared.is_empty(), "time_gpu needs at least one prepared input");
+    let (device, queue) = (&gpu.device, &gpu.queue);
+    let mut turns = prepared.iter().cycle();
+    for run in turns.by_ref().take(repeats.warmups) {
+        run.run(device, queue, None)?;
+    }
+    let mut seconds = Vec::with_capacity(repeats.timed);
+    for run in turns.take(repeats.timed) {
+        seconds.push(run.run(device, queue, Some(timer))?.expect("a timed launch has a time"));
+    }
+    Timings::from_seconds(seconds).ok_or_else(|| {
+        reference::AttentionError::Gpu("the GPU timer returned a time that is not finite".into())
+    })
+}
+// ANCHOR_END: time_gpu
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_median_is_the_middle_of_the_sorted_times() {
+        let t = Timings::from_seconds(vec![3.0, 1.0, 2.0, 10.0, 0.5]).unwrap();
+        assert_eq!((t.median(), t.fastest(), t.slowest(), t.runs()), (2.0, 0.5, 10.0, 5));
+        assert_eq!(Timings::from_seconds(vec![4.0, 1.0]).unwrap().median(), 4.0);
+    }
+
+    #[test]
+    fn no_times_or_bad_times_are_refused() {
+        assert_eq!(Timings::from_seconds(vec![]), None);
+        assert_eq!(Timings::from_seconds(vec![1.0, f64::NAN]), None);
+        assert_eq!(Timings::from_seconds(vec![-1.0]), None);
+    }
+
+    #[test]
+    fn inputs_are_taken_in_turn_after_the_warmups() {
+        let mut seen = Vec::new();
+        let t = time_cpu(&[1, 2], Repeats::new(3, 4), |&i| seen.push(i));
+        assert_eq!(seen, [1, 2, 1, 2, 1, 2, 1]);
+        assert_eq!(t.runs(), 4);
+        assert_eq!(Repeats::new(0, 0).timed, 1);
+    }
+}

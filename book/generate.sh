@@ -123,8 +123,9 @@ show overflow "cargo run -p lesson02 --example overflow" cargo run -p lesson02 -
 show tile_schedule "cargo run -p lesson03 --example tile_schedule" cargo run -p lesson03 --example tile_schedule
 show io_model "cargo run --release -p lesson04 --example io_model" cargo run -p lesson04 --example io_model
 show error_table "cargo run --release -p lesson06 --example error_table" cargo run -p lesson06 --example error_table
-for n in 01 02 03 04 05 06 07 08 09; do
-    show "lesson${n}_tests" "cargo test -p lesson$n" test_list "lesson$n"
+# The lessons, from the course manifest (course.toml).
+for package in $(cargo run -q --locked -p course -- list lessons); do
+    show "${package}_tests" "cargo test -p $package" test_list "$package"
 done
 
 show grade_stub "cargo grade ex01" grade_fresh ex01

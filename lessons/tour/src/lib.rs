@@ -226,10 +226,11 @@ mod tests {
     }
 
     #[test]
-    fn stages_are_listed_in_course_order() {
-        let packages: Vec<_> = stages().iter().map(|s| s.about.lesson).collect();
-        let mut sorted = packages.clone();
-        sorted.sort();
-        assert_eq!(packages, sorted);
+    fn stages_are_lessons_of_the_manifest_in_course_order() {
+        let course: Vec<String> = course::lessons().into_iter().map(|l| l.package).collect();
+        let place = |package: &str| course.iter().position(|p| p == package);
+        let places: Vec<_> = stages().iter().map(|s| place(s.about.lesson)).collect();
+        assert!(places.iter().all(Option::is_some), "a stage of no lesson in course.toml");
+        assert!(places.is_sorted(), "stages out of course order: {places:?}");
     }
 }

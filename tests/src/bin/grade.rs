@@ -22,18 +22,14 @@ use std::process::{Command, ExitCode, Stdio};
 
 use grader::hidden::Status;
 
-/// Every exercise: package, folder, topic.
-const EXERCISES: [(&str, &str, &str); 9] = [
-    ("ex01", "exercises/01_naive", "naive attention"),
-    ("ex02", "exercises/02_online_softmax", "online softmax and the (m, l) merge"),
-    ("ex03", "exercises/03_tiled_forward", "tiled FlashAttention forward"),
-    ("ex04", "exercises/04_causal_io", "causal tiles, FlashAttention-1 and IO"),
-    ("ex05", "exercises/05_backward", "the backward pass"),
-    ("ex06", "exercises/06_precision", "attention in 16 bits"),
-    ("ex07", "exercises/07_parallel_cpu", "a fast CPU FlashAttention"),
-    ("ex08", "exercises/08_gpu_naive", "naive attention in WGSL"),
-    ("ex09", "exercises/09_gpu_flash", "FlashAttention forward in WGSL"),
-];
+/// Every exercise, in course order, from the course manifest: package, folder, topic.
+fn exercises() -> Vec<(String, String, String)> {
+    let lessons = course::lessons();
+    lessons
+        .into_iter()
+        .map(|l| (l.exercise.package.clone(), l.exercise_folder(), l.exercise.topic))
+        .collect()
+}
 
 const USAGE: &str =
     "usage: cargo grade [exNN ...] | --list | --self-check | --stress [ROUNDS | --seed SEED]";
@@ -96,17 +92,16 @@ fn in_the_workspace(root: &Path, args: &[&str]) -> ExitCode {
         }
         ["--self-check"] => self_check(root),
         names => {
-            let unknown: Vec<_> =
-                names.iter().filter(|n| !EXERCISES.iter().any(|e| e.0 == **n)).collect();
+            let known: Vec<String> = exercises().into_iter().map(|e| e.0).collect();
+            let unknown: Vec<_> = names.iter().filter(|n| !known.iter().any(|k| k == *n)).collect();
             if !unknown.is_empty() {
-                let known: Vec<_> = EXERCISES.iter().map(|e| e.0).collect();
                 eprintln!(
                     "error: no exercise named {unknown:?}; the exercises are {known:?}\n{USAGE}"
                 );
                 return ExitCode::from(2);
             }
             let chosen: Vec<&str> = if names.is_empty() {
-                EXERCISES.iter().map(|e| e.0).collect()
+                known.iter().map(String::as_str).collect()
             } else {
                 names.to_vec()
             };
@@ -230,9 +225,9 @@ fn save_progress(root: &Path, progress: &BTreeMap<String, (Status, String)>) {
 
 fn print_progress(progress: &BTreeMap<String, (Status, String)>) {
     println!("progress:");
-    for (name, folder, topic) in EXERCISES {
+    for (name, folder, topic) in exercises() {
         let (status, score) =
-            progress.get(name).cloned().unwrap_or((Status::NotStarted, "-".into()));
+            progress.get(&name).cloned().unwrap_or((Status::NotStarted, "-".into()));
         let mark = match status {
             Status::Done => "[x]",
             Status::Failing => "[!]",
@@ -283,9 +278,15 @@ fn self_check(root: &Path) -> ExitCode {
     let reports = grader::self_check::run();
     println!("{}", grader::self_check::table(&reports));
     let mut ok = reports.iter().all(|r| r.ok());
+    let checked: Vec<&str> = reports.iter().map(|r| r.exercise).collect();
+    let listed: Vec<String> = exercises().into_iter().map(|e| e.0).collect();
+    if checked != listed {
+        println!("the self-check covers {checked:?}, but course.toml lists {listed:?}");
+        ok = false;
+    }
     println!("untouched stubs (run this on a clean checkout):");
-    for (name, _, _) in EXERCISES {
-        let (status, _) = grade(root, name);
+    for (name, _, _) in exercises() {
+        let (status, _) = grade(root, &name);
         let expected = status == Status::NotStarted;
         println!(
             "{name} stub: {status} {}",

@@ -1,0 +1,32 @@
+//! `cargo run -q -p course -- list WHAT`: the manifest's lists, one item per line, for the
+//! shell scripts (book/generate.sh, .ci/run).
+//!
+//! ```text
+//! list lessons      lesson packages          list exercises      exercise packages
+//! list folders      lesson folders           list gpu-lessons    packages of GPU lessons
+//! ```
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let lessons = course::lessons();
+    let items: Vec<&str> = match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        ["list", "lessons"] => lessons.iter().map(|l| l.package.as_str()).collect(),
+        ["list", "folders"] => lessons.iter().map(|l| l.folder.as_str()).collect(),
+        ["list", "exercises"] => lessons.iter().map(|l| l.exercise.package.as_str()).collect(),
+        ["list", "gpu-lessons"] => {
+            lessons.iter().filter(|l| l.gpu).map(|l| l.package.as_str()).collect()
+        }
+        _ => {
+            eprintln!(
+                "usage: cargo run -q -p course -- list lessons|folders|exercises|gpu-lessons"
+            );
+            return ExitCode::from(2);
+        }
+    };
+    for item in items {
+        println!("{item}");
+    }
+    ExitCode::SUCCESS
+}

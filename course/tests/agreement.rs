@@ -1,0 +1,137 @@
+//! The manifest agrees with everything else that names the lessons: the workspace members,
+//! each lesson's and exercise's Cargo.toml, the book's SUMMARY.md and chapters, and the
+//! grader's files. A lesson added in one place and forgotten in another fails here, naming
+//! both.
+
+use std::path::{Path, PathBuf};
+
+use course::{Lesson, lessons};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("course/ is in the workspace").into()
+}
+
+fn read(relative: &str) -> String {
+    std::fs::read_to_string(root().join(relative)).unwrap_or_else(|e| panic!("{relative}: {e}"))
+}
+
+fn toml_of(relative: &str) -> toml::Table {
+    read(relative).parse().unwrap_or_else(|e| panic!("{relative}: {e}"))
+}
+
+fn package_name(manifest: &toml::Table) -> &str {
+    manifest["package"]["name"].as_str().expect("a package name")
+}
+
+#[test]
+fn every_lesson_and_exercise_folder_is_a_workspace_member_and_no_other() {
+    let workspace = toml_of("Cargo.toml");
+    let members: Vec<&str> = workspace["workspace"]["members"]
+        .as_array()
+        .expect("members")
+        .iter()
+        .map(|m| m.as_str().expect("a path"))
+        .collect();
+    let numbered = |prefix: &str| -> Vec<String> {
+        let mut found: Vec<String> = members
+            .iter()
+            .filter(|m| {
+                m.starts_with(prefix) && m[prefix.len()..].starts_with(|c: char| c.is_ascii_digit())
+            })
+            .map(|m| m.to_string())
+            .collect();
+        found.sort();
+        found
+    };
+    let listed = |folder: fn(&Lesson) -> String| lessons().iter().map(folder).collect::<Vec<_>>();
+    assert_eq!(
+        numbered("lessons/"),
+        listed(Lesson::lesson_folder),
+        "lessons in Cargo.toml vs course.toml"
+    );
+    assert_eq!(
+        numbered("exercises/"),
+        listed(Lesson::exercise_folder),
+        "exercises in Cargo.toml vs course.toml"
+    );
+}
+
+#[test]
+fn packages_are_named_as_listed_and_exercises_attach_their_hidden_checks() {
+    for lesson in lessons() {
+        let manifest = toml_of(&format!("{}/Cargo.toml", lesson.lesson_folder()));
+        assert_eq!(package_name(&manifest), lesson.package, "{}", lesson.folder);
+        let exercise = toml_of(&format!("{}/Cargo.toml", lesson.exercise_folder()));
+        assert_eq!(package_name(&exercise), lesson.exercise.package, "{}", lesson.folder);
+        let tests = exercise["test"].as_array().expect("[[test]] targets");
+        let path_of = |name: &str| {
+            tests.iter().find(|t| t["name"].as_str() == Some(name)).and_then(|t| t["path"].as_str())
+        };
+        let hidden = format!("../../tests/hidden/{}.rs", lesson.exercise.package);
+        assert_eq!(
+            path_of("hidden"),
+            Some(hidden.as_str()),
+            "{}: the hidden checks",
+            lesson.folder
+        );
+        assert!(
+            root().join(lesson.exercise_folder()).join(&hidden).is_file(),
+            "{hidden} is missing"
+        );
+        assert!(path_of("visible").is_some(), "{}: no visible tests", lesson.folder);
+    }
+}
+
+#[test]
+fn the_book_lists_every_chapter_in_course_order_under_its_part() {
+    let summary = read("book/src/SUMMARY.md");
+    let mut part = String::new();
+    let mut chapters = Vec::new();
+    for line in summary.lines() {
+        if let Some(heading) = line.strip_prefix("# ") {
+            part = heading.trim().to_string();
+        } else if let Some(entry) = line.trim().strip_prefix("- [") {
+            let (title, rest) = entry.split_once("](").expect("a link");
+            let file = rest.trim_end_matches(')');
+            if file.starts_with(|c: char| c.is_ascii_digit()) {
+                chapters.push((title.to_string(), file.to_string(), part.clone()));
+            }
+        }
+    }
+    let expected: Vec<(String, String, String)> =
+        lessons().iter().map(|l| (l.title.clone(), l.chapter(), l.part.clone())).collect();
+    assert_eq!(chapters, expected, "book/src/SUMMARY.md vs course.toml");
+    for lesson in lessons() {
+        let chapter = read(&format!("book/src/{}", lesson.chapter()));
+        let heading = chapter.lines().next().unwrap_or_default();
+        assert!(heading.starts_with("# "), "{} starts without a title", lesson.chapter());
+    }
+}
+
+#[test]
+fn the_grader_has_the_checks_of_every_exercise() {
+    let grader = read("tests/src/lib.rs");
+    for lesson in lessons() {
+        let exercise = &lesson.exercise.package;
+        assert!(
+            grader.contains(&format!("pub mod {exercise};")),
+            "the grader has no module {exercise}"
+        );
+        assert!(
+            root().join(format!("tests/src/{exercise}.rs")).is_file(),
+            "tests/src/{exercise}.rs"
+        );
+    }
+}
+
+#[test]
+fn no_script_keeps_its_own_list_of_lessons() {
+    for script in ["book/generate.sh", ".ci/run"] {
+        let text = read(script);
+        for lesson in lessons() {
+            let exercise = format!("-p {}", lesson.exercise.package);
+            assert!(!text.contains(&exercise), "{script} names {exercise}: read the manifest");
+        }
+        assert!(!text.contains(" 01 02 03"), "{script} lists lesson numbers: read the manifest");
+    }
+}

@@ -67,7 +67,7 @@ fn packages_are_named_as_listed_and_exercises_attach_their_hidden_checks() {
         let path_of = |name: &str| {
             tests.iter().find(|t| t["name"].as_str() == Some(name)).and_then(|t| t["path"].as_str())
         };
-        let hidden = format!("../../tests/hidden/{}.rs", lesson.exercise.package);
+        let hidden = format!("../../grader/src/{}/hidden.rs", lesson.exercise.package);
         assert_eq!(
             path_of("hidden"),
             Some(hidden.as_str()),
@@ -110,7 +110,7 @@ fn the_book_lists_every_chapter_in_course_order_under_its_part() {
 
 #[test]
 fn the_grader_has_the_checks_of_every_exercise() {
-    let grader = read("tests/src/lib.rs");
+    let grader = read("grader/src/lib.rs");
     for lesson in lessons() {
         let exercise = &lesson.exercise.package;
         assert!(
@@ -118,8 +118,8 @@ fn the_grader_has_the_checks_of_every_exercise() {
             "the grader has no module {exercise}"
         );
         assert!(
-            root().join(format!("tests/src/{exercise}.rs")).is_file(),
-            "tests/src/{exercise}.rs"
+            root().join(format!("grader/src/{exercise}/mutants.rs")).is_file(),
+            "grader/src/{exercise}/mutants.rs: its planted bugs"
         );
     }
 }

@@ -1,5 +1,7 @@
 //! Exercise 06: attention on f16 and bf16 storage, with f32 where it matters.
 
+pub mod mutants;
+
 use std::rc::Rc;
 
 use half::{bf16, f16};

@@ -1,6 +1,8 @@
 //! Exercise 04: causal tile classification and FlashAttention-1's loop order on the counting
 //! two-level memory.
 
+pub mod mutants;
+
 use std::ops::Range;
 use std::rc::Rc;
 

@@ -1,5 +1,7 @@
 //! Exercise 08: naive attention as three WGSL kernels.
 
+pub mod mutants;
+
 use std::rc::Rc;
 
 use ndarray::Array4;

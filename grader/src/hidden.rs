@@ -1,4 +1,4 @@
-//! The `main` of every hidden test binary (`tests/hidden/exNN.rs`): run the exercise's checks,
+//! The `main` of every hidden test binary (`src/exNN/hidden.rs`): run the exercise's checks,
 //! print one line per check (with the smallest failing input and a hint for failures), and end
 //! with a machine-readable line `GRADE exNN <status> <passed>/<total>` for `cargo grade`.
 

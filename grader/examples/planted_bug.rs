@@ -3,7 +3,8 @@
 //!
 //! `cargo run -p grader --example planted_bug`
 
-use grader::mutants::{Planted, TiledBug};
+use grader::ex03::mutants::TiledBug;
+use grader::mutants::Planted;
 
 // Exercise 03's memory check measures with the counting allocator.
 #[global_allocator]

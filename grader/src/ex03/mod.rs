@@ -1,5 +1,7 @@
 //! Exercise 03: tiled FlashAttention-2 forward with the logsumexp.
 
+pub mod mutants;
+
 use std::rc::Rc;
 
 use lesson03::{TileSizes, tiles_to_compute};

@@ -1,77 +1,8 @@
-//! Planted bugs in the WGSL kernels of exercises 08 and 09. Each mutant is the lesson's shader
-//! with one classic mistake put in by a text replacement, so the bug is exactly the diff: what
-//! is replaced, and by what.
+//! The planted bugs of exercise 09: lesson 09's shader with one classic mistake each.
 
 use crate::ex09;
-use crate::forward::{CAUSAL_SQUARE, INDEPENDENT, LARGE_LOGITS, ONE_KEY, TWO_KEYS};
-
-/// One planted bug: every occurrence of `find` in the lesson's shader becomes `replace`.
-#[derive(Clone, Copy, Debug)]
-pub struct WgslBug {
-    /// What the bug is.
-    pub name: &'static str,
-    /// Text of the lesson's shader to change.
-    pub find: &'static str,
-    /// What it becomes.
-    pub replace: &'static str,
-    /// The check meant to catch it (whose hint must fit it).
-    pub caught_by: &'static str,
-}
-
-impl WgslBug {
-    /// The shader `source` with this bug planted.
-    ///
-    /// # Panics
-    /// If `find` is not in `source`: the lesson's shader changed and the mutant must follow.
-    pub fn plant(&self, source: &str) -> String {
-        assert!(
-            source.contains(self.find),
-            "mutant {:?} no longer applies to the shader",
-            self.name
-        );
-        source.replace(self.find, self.replace)
-    }
-}
-
-/// Classic mistakes in naive WGSL attention (exercise 08), against `lesson08::SHADER`.
-pub const NAIVE_BUGS: [WgslBug; 6] = [
-    WgslBug {
-        name: "scores not multiplied by the scale",
-        find: "= params.scale * dot;",
-        replace: "= dot;",
-        caught_by: TWO_KEYS,
-    },
-    WgslBug {
-        name: "causal mask shifted by one key",
-        find: "let end = i32(row) + 1 + i32(params.kv_len)",
-        replace: "let end = i32(row) + 2 + i32(params.kv_len)",
-        caught_by: CAUSAL_SQUARE,
-    },
-    WgslBug {
-        name: "row maximum not subtracted before exp",
-        find: "exp(s[row + j] - m)",
-        replace: "exp(s[row + j])",
-        caught_by: LARGE_LOGITS,
-    },
-    WgslBug {
-        name: "L stored as ln(l) instead of m + ln(l)",
-        find: "m + log(l), keys > 0u",
-        replace: "log(l), keys > 0u",
-        caught_by: ONE_KEY,
-    },
-    WgslBug {
-        name: "last visible key left out of O = PV",
-        find: "j < visible_keys(i); j++",
-        replace: "j + 1u < visible_keys(i); j++",
-        caught_by: ONE_KEY,
-    },
-    WgslBug {
-        name: "Q read as [B, N, H, D]",
-        find: "let q_row = (slice * params.q_len + i) * d_len;",
-        replace: "let q_row = (i * params.slices + slice) * d_len;",
-        caught_by: INDEPENDENT,
-    },
-];
+use crate::forward::{CAUSAL_SQUARE, ONE_KEY, TWO_KEYS};
+use crate::wgsl_mutants::WgslBug;
 
 /// Classic mistakes in WGSL FlashAttention (exercise 09), against `lesson09::SHADER`.
 ///

@@ -6,14 +6,15 @@
 //! cargo grade --list       print the progress list without grading
 //! cargo grade --self-check maintainers: lessons and controls pass, every mutant is caught by
 //!                          its check, stubs are not started
-//! cargo grade --stress [ROUNDS]  maintainers: the in-process self-check ROUNDS times (5 by
+//! cargo grade --stress [ROUNDS]  maintainers: the self-check's checks ROUNDS times (5 by
 //!                          default), each from a new seed with 20 times the random cases
 //! cargo grade --stress --seed S  one such round from seed S (to reproduce a failure)
 //! ```
 //!
 //! Each exercise is built and run on its own (`cargo test -p exNN --test hidden`), so one that
-//! does not compile never stops the others from being graded. The workspace is found from the
-//! current directory, as cargo finds it.
+//! does not compile never stops the others from being graded, and grading a CPU exercise
+//! builds no wgpu. The self-check's checks run in the grader's `self-check` binary, built with
+//! the GPU exercises. The workspace is found from the current directory, as cargo finds it.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -34,11 +35,6 @@ fn exercises() -> Vec<(String, String, String)> {
 const USAGE: &str =
     "usage: cargo grade [exNN ...] | --list | --self-check | --stress [ROUNDS | --seed SEED]";
 
-// The memory checks of exercises 03 and 05 measure with the counting allocator; the
-// self-check runs them in this process.
-#[global_allocator]
-static ALLOC: reference::memory::CountingAllocator = reference::memory::CountingAllocator;
-
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -55,32 +51,37 @@ fn main() -> ExitCode {
     }
 }
 
-/// The commands that need no workspace: `--help` and the maintainers' `--stress` (which runs
-/// the self-check in this process); `None` for the others.
+/// `--help`, which needs no workspace; `None` for the other commands.
 fn without_a_workspace(args: &[&str]) -> Option<ExitCode> {
-    let number = |text: &str, what: &str| {
-        text.parse::<u64>().map_err(|_| {
-            eprintln!("error: {what}, got `{text}`\n{USAGE}");
-            ExitCode::from(2)
-        })
-    };
-    let code = match args {
+    match args {
         ["--help" | "-h"] => {
             println!("{USAGE}");
-            ExitCode::SUCCESS
+            Some(ExitCode::SUCCESS)
         }
-        ["--stress"] => stress(5, None),
-        ["--stress", "--seed", seed] => match number(seed, "--seed takes a whole number") {
-            Ok(seed) => stress(1, Some(seed)),
-            Err(code) => code,
-        },
-        ["--stress", rounds] => match number(rounds, "--stress takes a number of rounds") {
-            Ok(rounds) => stress(rounds, None),
-            Err(code) => code,
-        },
-        _ => return None,
+        _ => None,
+    }
+}
+
+/// `--stress [ROUNDS | --seed S]`: the self-check binary's stress rounds.
+fn stress(root: &Path, args: &[&str]) -> ExitCode {
+    let problem = match args {
+        [] => None,
+        ["--seed", seed] => {
+            seed.parse::<u64>().err().map(|_| format!("--seed takes a whole number, got `{seed}`"))
+        }
+        [rounds] => rounds
+            .parse::<u64>()
+            .err()
+            .map(|_| format!("--stress takes a number of rounds, got `{rounds}`")),
+        _ => Some(format!("--stress takes a number of rounds or --seed SEED, got {args:?}")),
     };
-    Some(code)
+    if let Some(problem) = problem {
+        eprintln!("error: {problem}\n{USAGE}");
+        return ExitCode::from(2);
+    }
+    let args: Vec<&str> = if args.is_empty() { vec!["5"] } else { args.to_vec() };
+    let args: Vec<&str> = ["--stress"].into_iter().chain(args).collect();
+    if run_self_check_binary(root, &args) { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }
 
 /// Grading, the progress list and the self-check, in the workspace at `root`.
@@ -91,6 +92,7 @@ fn in_the_workspace(root: &Path, args: &[&str]) -> ExitCode {
             ExitCode::SUCCESS
         }
         ["--self-check"] => self_check(root),
+        ["--stress", rest @ ..] => stress(root, rest),
         names => {
             let known: Vec<String> = exercises().into_iter().map(|e| e.0).collect();
             let unknown: Vec<_> = names.iter().filter(|n| !known.iter().any(|k| k == *n)).collect();
@@ -240,50 +242,10 @@ fn print_progress(progress: &BTreeMap<String, (Status, String)>) {
     }
 }
 
-/// The in-process self-check, `rounds` times, each from a fresh seed (printed) with 20 times
-/// the random cases: no lesson or control may fail and every mutant must be caught by its
-/// check, every time.
-fn stress(rounds: u64, fixed_seed: Option<u64>) -> ExitCode {
-    grader::check::quiet_panics();
-    grader::check::set_cases_factor(20);
-    let mut ok = true;
-    for round in 1..=rounds {
-        let seed = fixed_seed.unwrap_or_else(|| {
-            use std::hash::{BuildHasher, RandomState};
-            RandomState::new().hash_one(round)
-        });
-        grader::check::set_seed(seed);
-        let start = std::time::Instant::now();
-        let reports = grader::self_check::run();
-        let passed = reports.iter().all(|r| r.ok());
-        println!(
-            "round {round} of {rounds}: seed {seed}, 20x cases, {:.0} s: {}",
-            start.elapsed().as_secs_f64(),
-            if passed { "passed" } else { "FAILED" }
-        );
-        if !passed {
-            println!("{}", grader::self_check::table(&reports));
-            println!("reproduce: cargo grade --stress --seed {seed}");
-        }
-        ok &= passed;
-    }
-    println!("\nstress {}", if ok { "passed" } else { "FAILED" });
-    if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE }
-}
-
-/// Lessons and controls pass every check, every mutant is caught by its check, every untouched
-/// stub is "not started".
+/// Lessons and controls pass every check, every mutant is caught by its check (the
+/// `self-check` binary), every untouched stub is "not started".
 fn self_check(root: &Path) -> ExitCode {
-    grader::check::quiet_panics();
-    let reports = grader::self_check::run();
-    println!("{}", grader::self_check::table(&reports));
-    let mut ok = reports.iter().all(|r| r.ok());
-    let checked: Vec<&str> = reports.iter().map(|r| r.exercise).collect();
-    let listed: Vec<String> = exercises().into_iter().map(|e| e.0).collect();
-    if checked != listed {
-        println!("the self-check covers {checked:?}, but course.toml lists {listed:?}");
-        ok = false;
-    }
+    let mut ok = run_self_check_binary(root, &[]);
     println!("untouched stubs (run this on a clean checkout):");
     for (name, _, _) in exercises() {
         let (status, _) = grade(root, &name);
@@ -296,4 +258,20 @@ fn self_check(root: &Path) -> ExitCode {
     }
     println!("\nself-check {}", if ok { "passed" } else { "FAILED" });
     if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+/// Runs the grader's `self-check` binary (built with the GPU exercises) with `args`, its
+/// output shown as it comes; whether it passed.
+fn run_self_check_binary(root: &Path, args: &[&str]) -> bool {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let mut command = Command::new(cargo);
+    command.args(["run", "--quiet", "--package", "grader", "--features", "gpu"]);
+    command.args(["--bin", "self-check", "--"]).args(args).current_dir(root);
+    match command.status() {
+        Ok(status) => status.success(),
+        Err(e) => {
+            eprintln!("error: could not run cargo: {e}");
+            false
+        }
+    }
 }

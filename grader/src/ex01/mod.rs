@@ -1,5 +1,7 @@
 //! Exercise 01: naive attention.
 
+pub mod mutants;
+
 use std::rc::Rc;
 
 use ndarray::Array4;

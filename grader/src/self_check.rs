@@ -6,11 +6,15 @@
 //! the exercise crates.)
 
 use crate::check::{Check, Outcome};
-use crate::mutants::{
-    BackwardBug, Flash1Bug, NaiveBug, OnlineBug, ParallelBug, Planted, PrecisionBug, TiledBug,
-};
-use crate::wgsl_mutants::{FLASH_BUGS, NAIVE_BUGS};
-use crate::{ex01, ex02, ex03, ex04, ex05, ex06, ex07, ex08, ex09};
+use crate::ex01::mutants::NaiveBug;
+use crate::ex02::mutants::OnlineBug;
+use crate::ex03::mutants::TiledBug;
+use crate::ex04::mutants::Flash1Bug;
+use crate::ex05::mutants::BackwardBug;
+use crate::ex06::mutants::PrecisionBug;
+use crate::ex07::mutants::ParallelBug;
+use crate::mutants::Planted;
+use crate::{ex01, ex02, ex03, ex04, ex05, ex06, ex07};
 
 /// What the self-check found for one planted bug.
 pub struct MutantReport {
@@ -51,10 +55,11 @@ impl Report {
 type Mutants = Vec<(String, &'static str, Vec<Check>)>;
 
 /// Runs the lesson, the control and every mutant of every exercise through the exercise's
-/// checks.
+/// checks (the GPU exercises' only with the `gpu` feature).
 pub fn run() -> Vec<Report> {
     let rust = |bug: String, meant: &'static str, checks: Vec<Check>| (bug, meant, checks);
-    vec![
+    #[allow(unused_mut)] // without the GPU feature nothing is added
+    let mut reports = vec![
         report(
             "ex01",
             ex01::checks(ex01::Lesson),
@@ -118,6 +123,20 @@ pub fn run() -> Vec<Report> {
                 .map(|&b| rust(format!("{b:?}"), b.caught_by(), ex07::checks(Planted::with(b))))
                 .collect(),
         ),
+    ];
+    #[cfg(feature = "gpu")]
+    reports.extend(gpu_reports());
+    reports
+}
+
+/// The reports of the GPU exercises: their lessons, and the lessons' shaders with each planted
+/// bug.
+#[cfg(feature = "gpu")]
+fn gpu_reports() -> Vec<Report> {
+    use crate::ex08::mutants::NAIVE_BUGS;
+    use crate::ex09::mutants::FLASH_BUGS;
+    use crate::{ex08, ex09};
+    vec![
         report(
             "ex08",
             ex08::checks(ex08::lesson()),

@@ -1,5 +1,7 @@
 //! Exercise 09: FlashAttention forward as a WGSL kernel.
 
+pub mod mutants;
+
 use std::rc::Rc;
 
 use ndarray::Array4;

@@ -1,5 +1,7 @@
 //! Exercise 07: the fast exp2 and the parallel forward in base 2.
 
+pub mod mutants;
+
 use std::rc::Rc;
 use std::sync::Arc;
 

@@ -1,5 +1,7 @@
 //! Exercise 02: safe and online softmax, the (m, l) state and its merge, online attention.
 
+pub mod mutants;
+
 use std::rc::Rc;
 
 use ndarray::Array4;

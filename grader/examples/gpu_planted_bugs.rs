@@ -1,6 +1,7 @@
 //! Which of a GPU lesson's own tests each planted WGSL bug turns red.
 //!
-//! The bugs are the grader's (`grader::wgsl_mutants`, their one definition). Each is planted
+//! The bugs are the grader's (`grader::ex08::mutants`, `grader::ex09::mutants`: their one
+//! definition). Each is planted
 //! in the lesson's shader file, one at a time; the lesson's contract tests run against it; the
 //! file is restored (also when this program stops early). Prints a Markdown table:
 //! `bash book/generate.sh` writes it to book/src/generated/gpu_mutants.md.
@@ -10,7 +11,9 @@
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
-use grader::wgsl_mutants::{FLASH_BUGS, NAIVE_BUGS, WgslBug};
+use grader::ex08::mutants::NAIVE_BUGS;
+use grader::ex09::mutants::FLASH_BUGS;
+use grader::wgsl_mutants::WgslBug;
 
 /// Puts a file's original text back when dropped.
 struct Restore {

@@ -51,7 +51,16 @@ impl fmt::Display for Status {
     }
 }
 
-/// Runs `checks` for `exercise`, prints the report, and returns success only if all pass.
+/// Runs `checks` for `exercise` (titled with its topic in the course manifest), prints the
+/// report, and returns success only if all pass: the `main` of every hidden test binary.
+pub fn main(exercise: &str, checks: Vec<Check>) -> ExitCode {
+    let lessons = course::lessons();
+    let lesson = lessons.iter().find(|l| l.exercise.package == exercise);
+    run(exercise, lesson.map_or("", |l| l.exercise.topic.as_str()), checks)
+}
+
+/// Runs `checks` for `exercise` under `title`, prints the report, and returns success only if
+/// all pass.
 pub fn run(exercise: &str, title: &str, checks: Vec<Check>) -> ExitCode {
     quiet_panics();
     println!("{exercise}: {title}");

@@ -20,5 +20,5 @@ impl Exercise01 for Learner {
 }
 
 fn main() -> std::process::ExitCode {
-    grader::hidden::run("ex01", "naive attention", grader::ex01::checks(Learner))
+    grader::hidden::main("ex01", grader::ex01::checks(Learner))
 }

@@ -41,9 +41,5 @@ impl Exercise02 for Learner {
 }
 
 fn main() -> std::process::ExitCode {
-    grader::hidden::run(
-        "ex02",
-        "online softmax and the (m, l) merge",
-        grader::ex02::checks(Learner),
-    )
+    grader::hidden::main("ex02", grader::ex02::checks(Learner))
 }

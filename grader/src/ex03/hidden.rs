@@ -30,5 +30,5 @@ impl Exercise03 for Learner {
 }
 
 fn main() -> std::process::ExitCode {
-    grader::hidden::run("ex03", "tiled FlashAttention forward", grader::ex03::checks(Learner))
+    grader::hidden::main("ex03", grader::ex03::checks(Learner))
 }

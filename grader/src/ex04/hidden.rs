@@ -37,9 +37,5 @@ impl Exercise04 for Learner {
 }
 
 fn main() -> std::process::ExitCode {
-    grader::hidden::run(
-        "ex04",
-        "causal tiles and FlashAttention-1's loop order",
-        grader::ex04::checks(Learner),
-    )
+    grader::hidden::main("ex04", grader::ex04::checks(Learner))
 }

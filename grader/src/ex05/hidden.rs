@@ -29,5 +29,5 @@ impl Exercise05 for Learner {
 }
 
 fn main() -> std::process::ExitCode {
-    grader::hidden::run("ex05", "the backward pass", grader::ex05::checks(Learner))
+    grader::hidden::main("ex05", grader::ex05::checks(Learner))
 }

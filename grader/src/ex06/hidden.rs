@@ -41,5 +41,5 @@ impl Exercise06 for Learner {
 }
 
 fn main() -> std::process::ExitCode {
-    grader::hidden::run("ex06", "attention in 16 bits", grader::ex06::checks(Learner))
+    grader::hidden::main("ex06", grader::ex06::checks(Learner))
 }

@@ -20,5 +20,5 @@ impl Exercise08 for Learner {
 }
 
 fn main() -> std::process::ExitCode {
-    grader::hidden::run("ex08", "naive attention in WGSL", grader::ex08::checks(Learner))
+    grader::hidden::main("ex08", grader::ex08::checks(Learner))
 }

@@ -97,24 +97,27 @@ impl Sweep {
         Self { sizes, measured: Vec::new() }
     }
 
-    /// Times `kernel` (named `name`) at every size, without and with the mask, each output's
-    /// first and last rows checked against the oracle first; a failure is printed as it
-    /// happens.
+    /// Times every kernel (with its name) at every size, without and with the mask, each
+    /// output's first and last rows checked against the oracle first; a failure is printed as
+    /// it happens. At each size the kernels take turns, as they did in the runs this was
+    /// written from: a kernel timed right after the GPU sat idle (a previous kernel refusing a
+    /// size) otherwise meets a GPU still lowering its clocks.
     #[cfg(feature = "gpu")]
-    pub fn time_kernel(
+    pub fn time_kernels(
         &mut self,
         gpu: &gpu::Gpu,
         timer: &gpu::GpuTimer,
-        name: &str,
-        kernel: &dyn gpu::attention::AttentionKernel,
+        kernels: &[(&str, &dyn gpu::attention::AttentionKernel)],
     ) {
         for causal in [false, true] {
             for n in self.sizes.seqs.clone() {
-                let result = self.time_once(gpu, timer, kernel, n, causal);
-                if let Err(Missing::Failed(why)) = &result {
-                    eprintln!("{name}, N={n}, causal={causal}: {why}");
+                for &(name, kernel) in kernels {
+                    let result = self.time_once(gpu, timer, kernel, n, causal);
+                    if let Err(Missing::Failed(why)) = &result {
+                        eprintln!("{name}, N={n}, causal={causal}: {why}");
+                    }
+                    self.measured.push(Measured { name: name.to_string(), n, causal, result });
                 }
-                self.measured.push(Measured { name: name.to_string(), n, causal, result });
             }
         }
     }
@@ -187,7 +190,9 @@ impl Sweep {
                     .find(|m| m.name == *name && m.n == n && m.causal == causal);
                 row.push(match m {
                     Some(m @ Measured { result: Ok(_), .. }) => {
-                        Cell::or_missing(self.tflops(m), 2, "-")
+                        // Three significant digits or more: lavapipe's rates are below 0.01.
+                        let tflops = self.tflops(m).unwrap_or(f64::NAN);
+                        Cell::number(tflops, if tflops >= 1.0 { 2 } else { 4 })
                     }
                     Some(Measured { result: Err(Missing::Refused), .. }) => {
                         Cell::Missing("exceeds a device limit".into())

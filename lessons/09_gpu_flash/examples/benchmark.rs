@@ -68,11 +68,16 @@ fn main() -> Result<(), String> {
     println!("every version agrees with the f64 oracle");
 
     // 2. Time every version at every size, then PyTorch's backends in the same run.
-    let mut sweep = Sweep::new(sizes);
+    let mut built = Vec::new();
     for version in &versions {
-        let kernel = (version.build)(&gpu.device, d).map_err(|e| e.to_string())?;
-        sweep.time_kernel(gpu, &timer, version.about.name, kernel.as_ref());
+        built.push((
+            version.about.name,
+            (version.build)(&gpu.device, d).map_err(|e| e.to_string())?,
+        ));
     }
+    let kernels: Vec<_> = built.iter().map(|(name, kernel)| (*name, kernel.as_ref())).collect();
+    let mut sweep = Sweep::new(sizes);
+    sweep.time_kernels(gpu, &timer, &kernels);
     let peer = Peer::new(in_workspace("lessons/09_gpu_flash/peer/sdpa_gpu.py")?)
         .option("repeats", sweep.sizes.repeats.timed);
     match peer.run(&sweep.sizes.peer_problems()) {

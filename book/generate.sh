@@ -146,7 +146,7 @@ if $timings; then
     stamp error_model
     # Which tests each bug planted in the WGSL kernels turns red (GPU races make this vary
     # from run to run, so it is not part of --check).
-    cargo run -p grader --example gpu_planted_bugs >"$out/gpu_mutants.md"
+    cargo run -p grader --features gpu --example gpu_planted_bugs >"$out/gpu_mutants.md"
 fi
 # generated/gpu_benchmark.txt needs a real GPU (it was measured on an NVIDIA H200):
 #   (echo '$ PYTHON=python3 cargo run --release -p lesson09 --example benchmark';

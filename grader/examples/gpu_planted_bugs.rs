@@ -6,7 +6,7 @@
 //! file is restored (also when this program stops early). Prints a Markdown table:
 //! `bash book/generate.sh` writes it to book/src/generated/gpu_mutants.md.
 //!
-//! `cargo run -p grader --example gpu_planted_bugs` (from the workspace root)
+//! `cargo run -p grader --features gpu --example gpu_planted_bugs` (from the workspace root)
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};

@@ -77,8 +77,11 @@ fn main() -> Result<(), String> {
         Err(e) => None.inspect(|_: &Peer| println!("PyTorch peer not run: {e}\n")),
     };
 
-    let columns = ["n", "lesson01_s", "lesson03_s", "lesson07_s", "pytorch_s", "lesson07_gflops"];
-    let mut times = Table::new(&[&columns[..], &["percent_of_fma_peak"]].concat());
+    // Seconds of each, lesson 07's rate, and lesson 07's speedup over the others (one run).
+    let seconds = ["n", "lesson01_s", "lesson03_s", "lesson07_s", "pytorch_s"];
+    let rate = ["lesson07_gflops", "percent_of_fma_peak"];
+    let speedups = ["speedup_vs_lesson01", "speedup_vs_lesson03", "speedup_vs_pytorch"];
+    let mut times = Table::new(&[&seconds[..], &rate, &speedups].concat());
     let mut memory = Table::new(&["n", "lesson01_mib", "lesson03_mib", "lesson07_mib"]);
     let (mut time_lines, mut memory_lines) = (vec![vec![]; 4], vec![vec![]; 3]);
     for n in [256, 512, 1024, 2048, 4096, 8192] {
@@ -94,12 +97,13 @@ fn main() -> Result<(), String> {
         let cells = t
             .map(|s| Cell::number(s, 4))
             .into_iter()
-            .chain([gflops, 100.0 * gflops / peak].map(|x| Cell::number(x, 1)));
+            .chain([gflops, 100.0 * gflops / peak].map(|x| Cell::number(x, 1)))
+            .chain([t[0], t[1], t[3]].map(|other| Cell::number(other / t[2], 2)));
         times.push([Cell::int(n)].into_iter().chain(cells).collect());
         memory.push([Cell::int(n)].into_iter().chain(mib.map(|m| Cell::number(m, 2))).collect());
     }
     let slope = |line: &[(f64, f64)]| log_log_slope(&line[2..]);
-    println!("seconds against N (median)\n{}", times.to_text());
+    println!("seconds against N (median); lesson07's rate and speedups\n{}", times.to_text());
     println!(
         "log-log slope from N = 1024: lesson03 {:.2}, lesson07 {:.2} (2 expected)",
         slope(&time_lines[1]),

@@ -7,7 +7,7 @@ use std::panic::{self, AssertUnwindSafe};
 
 use proptest::strategy::Strategy;
 use proptest::test_runner::{RngSeed, TestCaseError, TestError, TestRunner};
-use reference::strategies::config;
+use testkit::strategies::config;
 
 /// One graded check of an exercise.
 pub struct Check {

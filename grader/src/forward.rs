@@ -5,12 +5,12 @@ use std::rc::Rc;
 use ndarray::{Array4, array};
 use proptest::strategy::{BoxedStrategy, Strategy};
 use reference::Forward;
-use reference::checks::{
+use reference::{AttentionOptions, AttentionOutput, Tolerance};
+use testkit::checks::{
     check_against_oracle, check_heads_independent, check_rejects_bad_inputs,
     check_rejects_non_finite_inputs, check_rejects_overflowing_logits,
 };
-use reference::strategies::{Case, ShapeLimits, cases};
-use reference::{AttentionOptions, AttentionOutput, Tolerance};
+use testkit::strategies::{Case, ShapeLimits, cases};
 
 use crate::check::{Check, for_all};
 

@@ -4,9 +4,9 @@
 //! even where the oracle tolerance is generous.
 
 use proptest::prelude::*;
-use reference::checks::run;
-use reference::strategies::{ShapeLimits, cases, config};
 use reference::{AttentionOutput, ForwardVersion, check_agreement, check_output, oracle};
+use testkit::checks::run;
+use testkit::strategies::{ShapeLimits, cases, config};
 
 /// Every registered CPU forward, and the GPU kernels unless the machine has no GPU adapter and
 /// `FLASH_SKIP_GPU_TESTS` is set (without it, no adapter fails the test with the error that

@@ -7,14 +7,12 @@
 //!   storage format, tolerance).
 //! * [`oracle`]: attention in f64, straight from the definition. Every stage is tested
 //!   against it.
-//! * [`problem`]: seeded random problems; [`strategies`]: proptest strategies over shapes,
-//!   masks, logit scales and spikes.
+//! * [`problem`]: seeded random problems (proptest strategies over them and the test bodies
+//!   every stage shares are in the test-only `testkit` crate).
 //! * [`compare`]: the error model, and element-wise comparison with the oracle.
-//! * [`checks`]: test bodies shared by every stage.
 //! * [`memory`]: a counting allocator that measures peak heap bytes.
 //! * [`layout`]: `[B, N, H, D]` <-> `[B, H, N, D]`.
 
-pub mod checks;
 pub mod compare;
 pub mod contract;
 pub mod error;
@@ -22,7 +20,6 @@ pub mod layout;
 pub mod memory;
 pub mod oracle;
 pub mod problem;
-pub mod strategies;
 pub mod version;
 
 pub use compare::{

@@ -6,12 +6,12 @@ use std::rc::Rc;
 
 use lesson03::{TileSizes, tiles_to_compute};
 use ndarray::Array4;
-use reference::checks::check_against_oracle;
-use reference::strategies::{Case, cases, tile_size};
 use reference::{
     AttentionError, AttentionOptions, AttentionOutput, Problem, ProblemSpec, Tolerance,
     check_agreement, oracle,
 };
+use testkit::checks::check_against_oracle;
+use testkit::strategies::{Case, cases, tile_size};
 
 use crate::check::{Check, for_all};
 use crate::forward::{CASES, Contract, LIMITS, forward_checks};

@@ -6,11 +6,11 @@ use std::rc::Rc;
 
 use ndarray::Array4;
 use proptest::prelude::*;
-use reference::checks::{check_backward_against_oracle, oracle_forward_in_f32};
-use reference::strategies::{Case, cases, tile_size};
 use reference::{
     AttentionError, AttentionOptions, AttentionOutput, Gradients, Problem, ProblemSpec, Tolerance,
 };
+use testkit::checks::{check_backward_against_oracle, oracle_forward_in_f32};
+use testkit::strategies::{Case, cases, tile_size};
 
 use crate::check::{Check, for_all};
 use crate::forward::{CASES, LIMITS};

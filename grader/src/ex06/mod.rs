@@ -9,11 +9,11 @@ use lesson06::policy::Tensor;
 use lesson06::{Element, Output, round_to, widen};
 use ndarray::{Array3, Array4};
 use proptest::prelude::*;
-use reference::checks::{check_rejects_bad_inputs, check_rejects_non_finite_inputs};
-use reference::strategies::{Case, cases};
 use reference::{
     AttentionError, AttentionOptions, AttentionOutput, Tolerance, check_output, oracle,
 };
+use testkit::checks::{check_rejects_bad_inputs, check_rejects_non_finite_inputs};
+use testkit::strategies::{Case, cases};
 
 use crate::check::{Check, for_all};
 use crate::forward::{CASES, LIMITS};

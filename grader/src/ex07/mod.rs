@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use ndarray::Array4;
 
-use reference::checks::{check_against_oracle, run};
-use reference::strategies::{ShapeLimits, cases, tile_size};
 use reference::{AttentionError, AttentionOptions, AttentionOutput, Tolerance};
+use testkit::checks::{check_against_oracle, run};
+use testkit::strategies::{ShapeLimits, cases, tile_size};
 
 use crate::check::{Check, for_all};
 use crate::forward::{CASES, Contract, LIMITS, forward_checks};

@@ -7,11 +7,11 @@ use std::rc::Rc;
 use ndarray::Array4;
 use proptest::prelude::*;
 use reference::ProblemSpec;
-use reference::checks::check_against_oracle;
-use reference::strategies::{Case, cases};
 use reference::{
     AttentionError, AttentionOptions, AttentionOutput, Tolerance, check_agreement, oracle,
 };
+use testkit::checks::check_against_oracle;
+use testkit::strategies::{Case, cases};
 
 use crate::check::{Check, for_all};
 use crate::forward::{Contract, LIMITS, forward_checks};

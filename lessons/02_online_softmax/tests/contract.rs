@@ -2,11 +2,11 @@
 
 use proptest::prelude::*;
 use reference::Tolerance;
-use reference::checks::{
+use testkit::checks::{
     check_against_oracle, check_heads_independent, check_lse_at_least_row_max,
     check_rejects_bad_inputs, check_rejects_non_finite_inputs, check_rejects_overflowing_logits,
 };
-use reference::strategies::{ShapeLimits, cases, config};
+use testkit::strategies::{ShapeLimits, cases, config};
 
 proptest! {
     #![proptest_config(config(128))]

@@ -3,7 +3,7 @@
 use approx::assert_relative_eq;
 use lesson02::{SoftmaxState, naive_softmax, online_softmax, safe_softmax};
 use proptest::prelude::*;
-use reference::strategies::config;
+use testkit::strategies::config;
 
 /// Scores from ordinary to extreme (|x| up to 1e4), including -inf (masked keys).
 fn score() -> impl Strategy<Value = f32> {

@@ -5,13 +5,13 @@ use lesson03::{TileSizes, attention, tiles_computed, tiles_to_compute};
 use ndarray::Array4;
 use proptest::prelude::*;
 use reference::Forward;
-use reference::checks::{
+use reference::{AttentionOptions, Problem, ProblemSpec, Tolerance, check_agreement, oracle};
+use testkit::checks::{
     check_against_oracle, check_heads_independent, check_lse_at_least_row_max,
     check_rejects_bad_inputs, check_rejects_non_finite_inputs, check_rejects_overflowing_logits,
     run,
 };
-use reference::strategies::{ShapeLimits, cases, config, tile_size};
-use reference::{AttentionOptions, Problem, ProblemSpec, Tolerance, check_agreement, oracle};
+use testkit::strategies::{ShapeLimits, cases, config, tile_size};
 
 /// Lesson 03 with fixed tiles, in the shape every stage shares.
 fn with_tiles(tiles: TileSizes) -> impl Forward {

@@ -6,12 +6,12 @@ use lesson04::{Run, flash1, flash2, naive};
 use ndarray::Array4;
 use proptest::prelude::*;
 use reference::Forward;
-use reference::checks::{
+use reference::{AttentionError, AttentionOptions, Tolerance};
+use testkit::checks::{
     check_against_oracle, check_heads_independent, check_rejects_bad_inputs,
     check_rejects_non_finite_inputs, check_rejects_overflowing_logits,
 };
-use reference::strategies::{ShapeLimits, cases, config, tile_size};
-use reference::{AttentionError, AttentionOptions, Tolerance};
+use testkit::strategies::{ShapeLimits, cases, config, tile_size};
 
 /// Fast memory large enough for any tile the tests draw.
 const AMPLE: usize = 1 << 30;

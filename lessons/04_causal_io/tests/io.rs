@@ -6,8 +6,8 @@ use lesson03::TileSizes;
 use lesson04::{Run, TileCounts, Traffic, flash1, flash2, naive};
 use ndarray::Array4;
 use proptest::prelude::*;
-use reference::strategies::config;
 use reference::{AttentionError, AttentionOptions, Problem, ProblemSpec};
+use testkit::strategies::config;
 
 const AMPLE: usize = 1 << 30;
 

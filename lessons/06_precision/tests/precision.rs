@@ -5,14 +5,14 @@ use half::{bf16, f16};
 use lesson06::policy::{Algorithm, Tensor, attention, attention_in_precision};
 use lesson06::{Dtype, Element, demos, flash, flash_rounding_weights, naive, round_to, widen};
 use proptest::prelude::*;
-use reference::checks::{
-    check_rejects_bad_inputs, check_rejects_non_finite_inputs, check_rejects_overflowing_logits,
-};
-use reference::strategies::{Case, ShapeLimits, cases, config};
 use reference::{
     AttentionError, AttentionOptions, AttentionOutput, NonFiniteValue, Problem, ProblemSpec,
     Tolerance, check_output, oracle,
 };
+use testkit::checks::{
+    check_rejects_bad_inputs, check_rejects_non_finite_inputs, check_rejects_overflowing_logits,
+};
+use testkit::strategies::{Case, ShapeLimits, cases, config};
 
 const LIMITS: ShapeLimits = ShapeLimits { seq: 160, ..ShapeLimits::CPU };
 

@@ -5,13 +5,13 @@ use lesson03::TileSizes;
 use ndarray::Array4;
 use proptest::prelude::*;
 use reference::Forward;
-use reference::checks::{
+use reference::{AttentionOptions, Tolerance};
+use testkit::checks::{
     check_against_oracle, check_heads_independent, check_lse_at_least_row_max,
     check_rejects_bad_inputs, check_rejects_non_finite_inputs, check_rejects_overflowing_logits,
     run,
 };
-use reference::strategies::{ShapeLimits, cases, config, tile_size};
-use reference::{AttentionOptions, Tolerance};
+use testkit::strategies::{ShapeLimits, cases, config, tile_size};
 
 fn with_tiles(tiles: TileSizes) -> impl Forward {
     move |q: &Array4<f32>, k: &Array4<f32>, v: &Array4<f32>, o: &AttentionOptions| {

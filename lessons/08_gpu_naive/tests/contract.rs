@@ -1,17 +1,17 @@
 //! Lesson 08 against the f64 oracle and the shared contract, on the GPU (lavapipe in CI). The
-//! test bodies are the ones every CPU stage runs (`reference::checks`).
+//! test bodies are the ones every CPU stage runs (`testkit::checks`).
 
 use lesson08::{NaiveAttention, attention_on, score_bytes};
 use ndarray::Array4;
 use proptest::prelude::*;
 use reference::Forward;
-use reference::checks::{
+use reference::{AttentionError, AttentionOptions, Problem, ProblemSpec, Tolerance};
+use testkit::checks::{
     check_against_oracle, check_heads_independent, check_lse_at_least_row_max,
     check_rejects_bad_inputs, check_rejects_non_finite_inputs, check_rejects_overflowing_logits,
     run,
 };
-use reference::strategies::{Case, ShapeLimits, cases, config};
-use reference::{AttentionError, AttentionOptions, Problem, ProblemSpec, Tolerance};
+use testkit::strategies::{Case, ShapeLimits, cases, config};
 
 /// Lesson 08 on the test device, in the shape every stage shares.
 fn on_gpu() -> impl Forward {

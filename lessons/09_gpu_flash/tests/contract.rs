@@ -1,6 +1,6 @@
 //! Lesson 09 against the f64 oracle and the shared contract, on the GPU (lavapipe in CI), over
 //! random shapes and random tile sizes. The test bodies are the ones every CPU stage runs
-//! (`reference::checks`): only the forward function handed to them differs.
+//! (`testkit::checks`): only the forward function handed to them differs.
 
 use gpu::attention::Prepared;
 use lesson09::{
@@ -9,16 +9,16 @@ use lesson09::{
 use ndarray::Array4;
 use proptest::prelude::*;
 use reference::Forward;
-use reference::checks::{
-    check_against_oracle, check_heads_independent, check_lse_at_least_row_max,
-    check_rejects_bad_inputs, check_rejects_non_finite_inputs, check_rejects_overflowing_logits,
-    run,
-};
-use reference::strategies::{Case, ShapeLimits, cases, config};
 use reference::{
     AttentionError, AttentionOptions, Problem, ProblemSpec, Tolerance, check_agreement,
     check_output, oracle,
 };
+use testkit::checks::{
+    check_against_oracle, check_heads_independent, check_lse_at_least_row_max,
+    check_rejects_bad_inputs, check_rejects_non_finite_inputs, check_rejects_overflowing_logits,
+    run,
+};
+use testkit::strategies::{Case, ShapeLimits, cases, config};
 
 /// Lesson 09 with fixed tiles on the test device, in the shape every stage shares.
 fn on_gpu(tiles: TileSizes) -> impl Forward {

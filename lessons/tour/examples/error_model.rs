@@ -8,7 +8,7 @@
 //! cargo run --release -p tour --example error_model -- 20000 1000    # CPU and GPU counts
 //! ```
 //!
-//! Problems are drawn like the property tests' (`reference::strategies::cases`, shapes up to
+//! Problems are drawn like the property tests' (`testkit::strategies::cases`, shapes up to
 //! the CPU and GPU limits, causal or not, logits up to x100, spikes), with random tile sizes
 //! for the tiled stages, from a fixed seed: the run is repeatable.
 
@@ -19,9 +19,9 @@ use lesson03::TileSizes;
 use lesson06::{Element, round_to, widen};
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngSeed, TestRunner};
-use reference::checks::{oracle_forward_in_f32, random_d_o};
-use reference::strategies::{Case, ShapeLimits, cases, tile_size};
 use reference::{AttentionError, AttentionOutput, Expected, Tolerance, oracle};
+use testkit::checks::{oracle_forward_in_f32, random_d_o};
+use testkit::strategies::{Case, ShapeLimits, cases, tile_size};
 
 /// The worst `error / bound` seen per stage, and over how many problems.
 #[derive(Default)]

@@ -7,13 +7,13 @@
 //! (`check(...).map_err(TestCaseError::fail)?`) and in plain tests (`.unwrap()`).
 
 use ndarray::{Array4, s};
-
-use crate::contract::Forward;
-use crate::strategies::Case;
-use crate::{
+use reference::Forward;
+use reference::{
     AttentionError, AttentionOptions, AttentionOutput, Gradients, NonFiniteValue, Problem,
     ProblemSpec, Tolerance, check_gradients, check_output, oracle,
 };
+
+use crate::strategies::Case;
 
 /// Runs `forward` on a problem.
 pub fn run(
@@ -25,7 +25,7 @@ pub fn run(
 
 // ANCHOR: check_against_oracle
 /// `forward` agrees with the f64 oracle on the case's problem: every element of `O` and `L`
-/// within its bound of the error model ([`crate::compare`]).
+/// within its bound of the error model ([`reference::compare`]).
 pub fn check_against_oracle(
     forward: &(impl Forward + ?Sized),
     case: &Case,
@@ -91,7 +91,7 @@ impl<F> Backward for F where
 /// A random `dO` for the case's problem: standard normal, shaped like `Q`.
 pub fn random_d_o(case: &Case) -> Array4<f32> {
     let s = &case.spec;
-    let spec = crate::ProblemSpec::new(s.batch, s.heads, s.q_len, s.q_len, s.head_dim);
+    let spec = ProblemSpec::new(s.batch, s.heads, s.q_len, s.q_len, s.head_dim);
     Problem::random(&spec, case.seed ^ 0x5EED_D0D0).q
 }
 
@@ -99,7 +99,7 @@ pub fn random_d_o(case: &Case) -> Array4<f32> {
 /// `backward` agrees with the f64 oracle's gradients on the case's problem. It is given the
 /// oracle's `O` and `L` rounded to f32 (the best forward output f32 can hold) and a random
 /// `dO`; every element of `dQ`, `dK` and `dV` must be within its bound of the error model
-/// ([`crate::oracle::ExpectedGradients`]).
+/// ([`reference::oracle::ExpectedGradients`]).
 pub fn check_backward_against_oracle(
     backward: &(impl Backward + ?Sized),
     case: &Case,

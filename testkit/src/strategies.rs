@@ -6,7 +6,7 @@
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 
-use crate::{Problem, ProblemSpec};
+use reference::{Problem, ProblemSpec};
 
 /// Upper bounds for generated shapes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -22,6 +22,7 @@
 //! Beside them, `tests/equivalence.rs` checks that every registered stage computes the same
 //! attention as the oracle and as every other stage.
 
+mod adapter;
 pub mod check;
 pub mod ex01;
 pub mod ex02;

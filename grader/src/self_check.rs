@@ -62,7 +62,7 @@ pub fn run() -> Vec<Report> {
     let mut reports = vec![
         report(
             "ex01",
-            ex01::checks(ex01::Lesson),
+            ex01::checks(ex01::lesson()),
             Some(ex01::checks(Planted::<NaiveBug>::control())),
             NaiveBug::ALL
                 .iter()
@@ -71,7 +71,7 @@ pub fn run() -> Vec<Report> {
         ),
         report(
             "ex02",
-            ex02::checks(ex02::Lesson),
+            ex02::checks(ex02::lesson()),
             Some(ex02::checks(Planted::<OnlineBug>::control())),
             OnlineBug::ALL
                 .iter()
@@ -80,7 +80,7 @@ pub fn run() -> Vec<Report> {
         ),
         report(
             "ex03",
-            ex03::checks(ex03::Lesson),
+            ex03::checks(ex03::lesson()),
             Some(ex03::checks(Planted::<TiledBug>::control())),
             TiledBug::ALL
                 .iter()
@@ -89,7 +89,7 @@ pub fn run() -> Vec<Report> {
         ),
         report(
             "ex04",
-            ex04::checks(ex04::Lesson),
+            ex04::checks(ex04::lesson()),
             Some(ex04::checks(Planted::<Flash1Bug>::control())),
             Flash1Bug::ALL
                 .iter()
@@ -98,7 +98,7 @@ pub fn run() -> Vec<Report> {
         ),
         report(
             "ex05",
-            ex05::checks(ex05::Lesson),
+            ex05::checks(ex05::lesson()),
             Some(ex05::checks(Planted::<BackwardBug>::control())),
             BackwardBug::ALL
                 .iter()
@@ -107,7 +107,7 @@ pub fn run() -> Vec<Report> {
         ),
         report(
             "ex06",
-            ex06::checks(ex06::Lesson),
+            ex06::checks(ex06::lesson()),
             Some(ex06::checks(Planted::<PrecisionBug>::control())),
             PrecisionBug::ALL
                 .iter()
@@ -116,7 +116,7 @@ pub fn run() -> Vec<Report> {
         ),
         report(
             "ex07",
-            ex07::checks(ex07::Lesson),
+            ex07::checks(ex07::lesson()),
             Some(ex07::checks(Planted::<ParallelBug>::control())),
             ParallelBug::ALL
                 .iter()

@@ -10,12 +10,12 @@ use reference::{AttentionError, AttentionOptions, AttentionOutput};
 use crate::check::Check;
 use crate::forward::{Contract, forward_checks};
 
-/// What a solution of exercise 01 provides. The hidden test binary implements it with the
-/// learner's `ex01::attention`; the self-check with `lesson01` and with planted-bug mutants.
-pub trait Exercise01 {
+crate::adapter::exercise_trait! {
+    /// What a solution of exercise 01 provides. The hidden test binary implements it with the
+    /// learner's `ex01::attention`; the self-check with `lesson01` and with planted-bug mutants.
+    pub trait Exercise01;
     /// Naive attention following the course contract.
     fn attention(
-        &self,
         q: &Array4<f32>,
         k: &Array4<f32>,
         v: &Array4<f32>,
@@ -31,16 +31,6 @@ pub fn checks(solution: impl Exercise01 + 'static) -> Vec<Check> {
 }
 
 /// The lesson's implementation: the reference solution.
-pub struct Lesson;
-
-impl Exercise01 for Lesson {
-    fn attention(
-        &self,
-        q: &Array4<f32>,
-        k: &Array4<f32>,
-        v: &Array4<f32>,
-        options: &AttentionOptions,
-    ) -> Result<AttentionOutput<f32>, AttentionError> {
-        lesson01::attention(q, k, v, options)
-    }
+pub fn lesson() -> Functions {
+    Functions { attention: Box::new(lesson01::attention) }
 }

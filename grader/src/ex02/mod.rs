@@ -31,19 +31,19 @@ pub const MERGE_IDENTITY: &str =
 /// Check name.
 pub const ONLINE_SOFTMAX: &str = "online softmax equals the softmax";
 
-/// What a solution of exercise 02 provides (states are passed as `(max, sum)` pairs).
-pub trait Exercise02 {
+crate::adapter::exercise_trait! {
+    /// What a solution of exercise 02 provides (states are passed as `(max, sum)` pairs).
+    pub trait Exercise02;
     /// Softmax with the maximum subtracted.
-    fn safe_softmax(&self, x: &[f32]) -> Vec<f32>;
+    fn safe_softmax(x: &[f32]) -> Vec<f32>;
     /// The state after one more score.
-    fn push(&self, state: State, x: f32) -> State;
+    fn push(state: State, x: f32) -> State;
     /// The state of two concatenated streams.
-    fn merge(&self, a: State, b: State) -> State;
+    fn merge(a: State, b: State) -> State;
     /// Softmax from a one-pass state, then one normalising pass.
-    fn online_softmax(&self, x: &[f32]) -> Vec<f32>;
+    fn online_softmax(x: &[f32]) -> Vec<f32>;
     /// Online attention, one key at a time, following the course contract.
     fn attention(
-        &self,
         q: &Array4<f32>,
         k: &Array4<f32>,
         v: &Array4<f32>,
@@ -206,31 +206,15 @@ pub fn checks(solution: impl Exercise02 + 'static) -> Vec<Check> {
 }
 
 /// The lesson's implementation: the reference solution.
-pub struct Lesson;
-
-impl Exercise02 for Lesson {
-    fn safe_softmax(&self, x: &[f32]) -> Vec<f32> {
-        lesson02::safe_softmax(x)
-    }
-    fn push(&self, (max, sum): State, x: f32) -> State {
-        let s = lesson02::SoftmaxState { max, sum }.push(x);
-        (s.max, s.sum)
-    }
-    fn merge(&self, a: State, b: State) -> State {
-        let s = lesson02::SoftmaxState { max: a.0, sum: a.1 }
-            .merge(lesson02::SoftmaxState { max: b.0, sum: b.1 });
-        (s.max, s.sum)
-    }
-    fn online_softmax(&self, x: &[f32]) -> Vec<f32> {
-        lesson02::online_softmax(x)
-    }
-    fn attention(
-        &self,
-        q: &Array4<f32>,
-        k: &Array4<f32>,
-        v: &Array4<f32>,
-        options: &AttentionOptions,
-    ) -> Result<AttentionOutput<f32>, AttentionError> {
-        lesson02::attention(q, k, v, options)
+pub fn lesson() -> Functions {
+    use lesson02::SoftmaxState;
+    let state = |(max, sum): State| SoftmaxState { max, sum };
+    let pair = |s: SoftmaxState| (s.max, s.sum);
+    Functions {
+        safe_softmax: Box::new(lesson02::safe_softmax),
+        push: Box::new(move |s, x| pair(state(s).push(x))),
+        merge: Box::new(move |a, b| pair(state(a).merge(state(b)))),
+        online_softmax: Box::new(lesson02::online_softmax),
+        attention: Box::new(lesson02::attention),
     }
 }

@@ -30,12 +30,12 @@ pub const CAUSAL_SKIP: &str = "causal: key tiles no row of the query tile sees a
 /// Check name.
 pub const MEMORY: &str = "working memory does not grow with N (one Br x Bc tile of scores)";
 
-/// What a solution of exercise 03 provides: the tiled forward with tiles of `query_rows` (Br)
-/// by `key_cols` (Bc), which returns `AttentionError::InvalidTileSize` for a zero tile size.
-pub trait Exercise03 {
+crate::adapter::exercise_trait! {
+    /// What a solution of exercise 03 provides: the tiled forward with tiles of `query_rows` (Br)
+    /// by `key_cols` (Bc), which returns `AttentionError::InvalidTileSize` for a zero tile size.
+    pub trait Exercise03;
     /// Tiled attention following the course contract.
     fn attention(
-        &self,
         q: &Array4<f32>,
         k: &Array4<f32>,
         v: &Array4<f32>,
@@ -47,7 +47,7 @@ pub trait Exercise03 {
     /// How many tiles of scores (`S = scale Q_t K_tᵀ`, one per (query tile, key tile) pair)
     /// the code has computed so far, in all: the checks read it before and after a call. The
     /// exercise's given `tile_scores` counts them.
-    fn tiles_computed(&self) -> usize;
+    fn tiles_computed() -> usize;
 }
 
 /// The graded checks of exercise 03.
@@ -183,22 +183,11 @@ fn check_tiles_computed(
 
 /// The lesson's implementation: the reference solution, whose tiles `lesson03::tile_scores`
 /// counts, as the exercise's given code does.
-pub struct Lesson;
-
-impl Exercise03 for Lesson {
-    fn attention(
-        &self,
-        q: &Array4<f32>,
-        k: &Array4<f32>,
-        v: &Array4<f32>,
-        options: &AttentionOptions,
-        query_rows: usize,
-        key_cols: usize,
-    ) -> Result<AttentionOutput<f32>, AttentionError> {
-        lesson03::attention(q, k, v, options, TileSizes::new(query_rows, key_cols)?)
-    }
-
-    fn tiles_computed(&self) -> usize {
-        lesson03::tiles_computed()
+pub fn lesson() -> Functions {
+    Functions {
+        attention: Box::new(|q, k, v, options, query_rows, key_cols| {
+            lesson03::attention(q, k, v, options, TileSizes::new(query_rows, key_cols)?)
+        }),
+        tiles_computed: Box::new(lesson03::tiles_computed),
     }
 }

@@ -26,11 +26,11 @@ pub const CAUSAL_TILES: &str = "causal: tiles counted, and skipped tiles never l
 /// Check name.
 pub const TILES_DO_NOT_FIT: &str = "tiles that do not fit in fast memory are a TilesDoNotFit error";
 
-/// What a solution of exercise 04 provides.
-pub trait Exercise04 {
+crate::adapter::exercise_trait! {
+    /// What a solution of exercise 04 provides.
+    pub trait Exercise04;
     /// How the causal mask treats the tile pair `rows x keys` (or `Full` without a mask).
     fn classify(
-        &self,
         shape: &AttentionShape,
         causal: bool,
         rows: Range<usize>,
@@ -39,7 +39,6 @@ pub trait Exercise04 {
     /// FlashAttention-1 forward on a `TwoLevelMemory` of `fast_bytes`, with tiles `Br x Bc`.
     #[allow(clippy::too_many_arguments)]
     fn attention(
-        &self,
         q: &Array4<f32>,
         k: &Array4<f32>,
         v: &Array4<f32>,
@@ -186,36 +185,12 @@ pub fn checks(solution: impl Exercise04 + 'static) -> Vec<Check> {
 }
 
 /// The lesson's implementation: the reference solution.
-pub struct Lesson;
-
-impl Exercise04 for Lesson {
-    fn classify(
-        &self,
-        shape: &AttentionShape,
-        causal: bool,
-        rows: Range<usize>,
-        keys: Range<usize>,
-    ) -> TileKind {
-        lesson03::classify_tile(shape, causal, rows, keys)
-    }
-
-    fn attention(
-        &self,
-        q: &Array4<f32>,
-        k: &Array4<f32>,
-        v: &Array4<f32>,
-        options: &AttentionOptions,
-        query_rows: usize,
-        key_cols: usize,
-        fast_bytes: usize,
-    ) -> Result<Run, AttentionError> {
-        lesson04::flash1::attention(
-            q,
-            k,
-            v,
-            options,
-            TileSizes::new(query_rows, key_cols)?,
-            fast_bytes,
-        )
+pub fn lesson() -> Functions {
+    Functions {
+        classify: Box::new(lesson03::classify_tile),
+        attention: Box::new(|q, k, v, options, query_rows, key_cols, fast_bytes| {
+            let tiles = TileSizes::new(query_rows, key_cols)?;
+            lesson04::flash1::attention(q, k, v, options, tiles, fast_bytes)
+        }),
     }
 }

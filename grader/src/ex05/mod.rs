@@ -38,12 +38,12 @@ pub const MEMORY: &str = "working memory grows with N, never with N x N";
 /// Check name.
 pub const BAD_VALUES: &str = "NaN in dO or O, and an L that disagrees with the mask, are errors";
 
-/// What a solution of exercise 05 provides: the tiled backward pass with tiles `Br x Bc`.
-pub trait Exercise05 {
+crate::adapter::exercise_trait! {
+    /// What a solution of exercise 05 provides: the tiled backward pass with tiles `Br x Bc`.
+    pub trait Exercise05;
     /// `dQ`, `dK`, `dV` from the inputs, the forward output `O`, `L` and `dO`.
     #[allow(clippy::too_many_arguments)]
     fn backward(
-        &self,
         q: &Array4<f32>,
         k: &Array4<f32>,
         v: &Array4<f32>,
@@ -243,28 +243,11 @@ pub fn checks(solution: impl Exercise05 + 'static) -> Vec<Check> {
 }
 
 /// The lesson's implementation: the reference solution.
-pub struct Lesson;
-
-impl Exercise05 for Lesson {
-    fn backward(
-        &self,
-        q: &Array4<f32>,
-        k: &Array4<f32>,
-        v: &Array4<f32>,
-        options: &AttentionOptions,
-        forward: &AttentionOutput<f32>,
-        d_o: &Array4<f32>,
-        query_rows: usize,
-        key_cols: usize,
-    ) -> Result<Gradients<f32>, AttentionError> {
-        lesson05::backward(
-            q,
-            k,
-            v,
-            options,
-            forward,
-            d_o,
-            lesson03::TileSizes::new(query_rows, key_cols)?,
-        )
+pub fn lesson() -> Functions {
+    Functions {
+        backward: Box::new(|q, k, v, options, forward, d_o, query_rows, key_cols| {
+            let tiles = lesson03::TileSizes::new(query_rows, key_cols)?;
+            lesson05::backward(q, k, v, options, forward, d_o, tiles)
+        }),
     }
 }

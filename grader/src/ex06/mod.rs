@@ -35,11 +35,11 @@ pub const MIXED_FORMATS: &str = "mixed formats are a MixedDtypes error, never a 
 /// Check name.
 pub const EACH_FORMAT: &str = "each format runs in that format";
 
-/// What a solution of exercise 06 provides.
-pub trait Exercise06 {
+crate::adapter::exercise_trait! {
+    /// What a solution of exercise 06 provides.
+    pub trait Exercise06;
     /// Attention on f16 storage: O in f16, L in f32.
     fn attention_f16(
-        &self,
         q: &Array4<f16>,
         k: &Array4<f16>,
         v: &Array4<f16>,
@@ -47,7 +47,6 @@ pub trait Exercise06 {
     ) -> Result<Output<f16>, AttentionError>;
     /// Attention on bf16 storage: O in bf16, L in f32.
     fn attention_bf16(
-        &self,
         q: &Array4<bf16>,
         k: &Array4<bf16>,
         v: &Array4<bf16>,
@@ -55,7 +54,6 @@ pub trait Exercise06 {
     ) -> Result<Output<bf16>, AttentionError>;
     /// Attention on tensors of one format, an error for mixed formats.
     fn dispatch(
-        &self,
         q: &Tensor,
         k: &Tensor,
         v: &Tensor,
@@ -221,34 +219,13 @@ pub fn checks(solution: impl Exercise06 + 'static) -> Vec<Check> {
 }
 
 /// The lesson's implementation: the reference solution.
-pub struct Lesson;
-
-impl Exercise06 for Lesson {
-    fn attention_f16(
-        &self,
-        q: &Array4<f16>,
-        k: &Array4<f16>,
-        v: &Array4<f16>,
-        options: &AttentionOptions,
-    ) -> Result<Output<f16>, AttentionError> {
-        lesson06::flash(q, k, v, options, lesson03::TileSizes::default())
-    }
-    fn attention_bf16(
-        &self,
-        q: &Array4<bf16>,
-        k: &Array4<bf16>,
-        v: &Array4<bf16>,
-        options: &AttentionOptions,
-    ) -> Result<Output<bf16>, AttentionError> {
-        lesson06::flash(q, k, v, options, lesson03::TileSizes::default())
-    }
-    fn dispatch(
-        &self,
-        q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        options: &AttentionOptions,
-    ) -> Result<(Tensor, Array3<f32>), AttentionError> {
-        lesson06::policy::attention(q, k, v, options, lesson06::policy::Algorithm::Flash)
+pub fn lesson() -> Functions {
+    let tiles = lesson03::TileSizes::default();
+    Functions {
+        attention_f16: Box::new(move |q, k, v, options| lesson06::flash(q, k, v, options, tiles)),
+        attention_bf16: Box::new(move |q, k, v, options| lesson06::flash(q, k, v, options, tiles)),
+        dispatch: Box::new(|q, k, v, options| {
+            lesson06::policy::attention(q, k, v, options, lesson06::policy::Algorithm::Flash)
+        }),
     }
 }

@@ -27,13 +27,13 @@ pub const THREADS: &str = "one thread or four: the same bits";
 /// Check name.
 pub const BASE_TWO: &str = "base 2: two keys weighted 1/4 and 3/4, L back in natural log";
 
-/// What a solution of exercise 07 provides.
-pub trait Exercise07 {
+crate::adapter::exercise_trait! {
+    /// What a solution of exercise 07 provides.
+    pub trait Exercise07;
     /// `2^x` for `x <= 0`, vectorisable, relative error below `2e-7`, 0 below `2^-126`.
-    fn exp2(&self, x: f32) -> f32;
+    fn exp2(x: f32) -> f32;
     /// The parallel forward with tiles `Br x Bc`.
     fn attention(
-        &self,
         q: &Array4<f32>,
         k: &Array4<f32>,
         v: &Array4<f32>,
@@ -155,21 +155,11 @@ pub fn checks(solution: impl Exercise07 + Send + Sync + 'static) -> Vec<Check> {
 }
 
 /// The lesson's implementation: the reference solution.
-pub struct Lesson;
-
-impl Exercise07 for Lesson {
-    fn exp2(&self, x: f32) -> f32 {
-        lesson07::exp2::exp2(x)
-    }
-    fn attention(
-        &self,
-        q: &Array4<f32>,
-        k: &Array4<f32>,
-        v: &Array4<f32>,
-        options: &AttentionOptions,
-        query_rows: usize,
-        key_cols: usize,
-    ) -> Result<AttentionOutput<f32>, AttentionError> {
-        lesson07::attention(q, k, v, options, lesson03::TileSizes::new(query_rows, key_cols)?)
+pub fn lesson() -> Functions {
+    Functions {
+        exp2: Box::new(lesson07::exp2::exp2),
+        attention: Box::new(|q, k, v, options, query_rows, key_cols| {
+            lesson07::attention(q, k, v, options, lesson03::TileSizes::new(query_rows, key_cols)?)
+        }),
     }
 }

@@ -10,12 +10,12 @@ use reference::{AttentionError, AttentionOptions, AttentionOutput};
 use crate::check::Check;
 use crate::forward::{Contract, forward_checks};
 
-/// What a solution of exercise 08 provides: naive attention computed by its WGSL kernels, on
-/// the shared GPU.
-pub trait Exercise08 {
+crate::adapter::exercise_trait! {
+    /// What a solution of exercise 08 provides: naive attention computed by its WGSL kernels, on
+    /// the shared GPU.
+    pub trait Exercise08;
     /// Attention following the course contract.
     fn attention(
-        &self,
         q: &Array4<f32>,
         k: &Array4<f32>,
         v: &Array4<f32>,

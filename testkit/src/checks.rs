@@ -7,11 +7,11 @@
 //! (`check(...).map_err(TestCaseError::fail)?`) and in plain tests (`.unwrap()`).
 
 use ndarray::{Array4, s};
-use reference::Forward;
 use reference::{
-    AttentionError, AttentionOptions, AttentionOutput, Gradients, NonFiniteValue, Problem,
-    ProblemSpec, Tolerance, check_gradients, check_output, oracle,
+    AttentionError, AttentionOptions, AttentionOutput, NonFiniteValue, Problem, ProblemSpec,
+    Tolerance, check_gradients, check_output, oracle,
 };
+use reference::{Backward, Forward};
 
 use crate::strategies::Case;
 
@@ -60,32 +60,6 @@ pub fn check_heads_independent(
         }
     }
     Ok(())
-}
-
-/// The signature of every backward implementation: `q`, `k`, `v`, options, the forward pass's
-/// `O` and `L`, and `dO` -> `dQ`, `dK`, `dV`.
-pub trait Backward:
-    Fn(
-    &Array4<f32>,
-    &Array4<f32>,
-    &Array4<f32>,
-    &AttentionOptions,
-    &AttentionOutput<f32>,
-    &Array4<f32>,
-) -> Result<Gradients<f32>, AttentionError>
-{
-}
-
-impl<F> Backward for F where
-    F: Fn(
-        &Array4<f32>,
-        &Array4<f32>,
-        &Array4<f32>,
-        &AttentionOptions,
-        &AttentionOutput<f32>,
-        &Array4<f32>,
-    ) -> Result<Gradients<f32>, AttentionError>
-{
 }
 
 /// A random `dO` for the case's problem: standard normal, shaped like `Q`.

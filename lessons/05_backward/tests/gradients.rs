@@ -4,11 +4,12 @@
 use lesson03::TileSizes;
 use ndarray::Array4;
 use proptest::prelude::*;
+use reference::Backward;
 use reference::{
     AttentionError, AttentionOptions, AttentionOutput, NonFiniteValue, Problem, ProblemSpec,
     Tolerance, compare, oracle,
 };
-use testkit::checks::{Backward, check_backward_against_oracle, oracle_forward_in_f32, random_d_o};
+use testkit::checks::{check_backward_against_oracle, oracle_forward_in_f32, random_d_o};
 use testkit::strategies::{Case, ShapeLimits, cases, config, tile_size};
 
 fn with_tiles(tiles: TileSizes) -> impl Backward {

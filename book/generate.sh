@@ -5,7 +5,8 @@
 #                                          release mode, and the GPU kernels' planted bugs
 #   bash book/generate.sh --deterministic  only the outputs that do not depend on the machine
 #   bash book/generate.sh --check          those same outputs, failing if they differ from the
-#                                          committed ones (CI runs this)
+#                                          committed ones, and every {{#include}} of a missing
+#                                          file or anchor or an anchor no chapter shows (CI)
 #
 # Each file starts with the command a learner types. Outputs that contain timings end with the
 # date and the machine they were measured on.
@@ -123,8 +124,10 @@ show overflow "cargo run -p lesson02 --example overflow" cargo run -p lesson02 -
 show tile_schedule "cargo run -p lesson03 --example tile_schedule" cargo run -p lesson03 --example tile_schedule
 show io_model "cargo run --release -p lesson04 --example io_model" cargo run -p lesson04 --example io_model
 show error_table "cargo run --release -p lesson06 --example error_table" cargo run -p lesson06 --example error_table
-# The lessons, from the course manifest (course.toml).
-for package in $(cargo run -q --locked -p course -- list lessons); do
+# The lessons, from the course manifest (course.toml); a failure to read it stops the script.
+lessons=$(cargo run -q --locked -p course -- list lessons)
+[[ -n "$lessons" ]] || { echo "course.toml lists no lessons" >&2; exit 1; }
+for package in $lessons; do
     show "${package}_tests" "cargo test -p $package" test_list "$package"
 done
 

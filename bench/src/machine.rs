@@ -147,6 +147,6 @@ mod tests {
     fn today_is_a_date() {
         let date = today();
         assert_eq!(date.len(), 10, "{date}");
-        assert!(date.starts_with("20"), "{date}");
+        assert_eq!((&date[4..5], &date[7..8]), ("-", "-"), "{date}");
     }
 }

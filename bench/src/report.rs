@@ -150,6 +150,17 @@ impl Figures {
         Ok(Self { dir: root.join("book/src/figures") })
     }
 
+    /// The folder as a reader should see it: relative to the workspace when it is inside the
+    /// one the program runs in (`book/src/figures`), as given otherwise.
+    pub fn display(&self) -> String {
+        let cwd = std::env::current_dir().unwrap_or_default();
+        let absolute = if self.dir.is_absolute() { self.dir.clone() } else { cwd.join(&self.dir) };
+        let inside = workspace_root(&cwd).and_then(|root| {
+            absolute.strip_prefix(root).ok().map(|relative| relative.display().to_string())
+        });
+        inside.unwrap_or_else(|| self.dir.display().to_string())
+    }
+
     /// Writes `table` as `<stem>.csv`.
     pub fn write_csv(&self, stem: &str, table: &Table) -> Result<PathBuf, String> {
         let path = self.dir.join(format!("{stem}.csv"));
@@ -247,6 +258,9 @@ mod tests {
         assert_eq!(workspace_root(Path::new("/")), None);
         let figures = Figures::from_args(&["--out".into(), "x".into()]).unwrap();
         assert_eq!(figures.dir, PathBuf::from("x"));
+        assert_eq!(Figures::from_args(&[]).unwrap().display(), "book/src/figures");
+        let outside = Figures { dir: PathBuf::from("/tmp/figures") };
+        assert_eq!(outside.display(), "/tmp/figures");
         assert!(Figures::from_args(&["--out".into()]).is_err());
     }
 

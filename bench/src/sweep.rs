@@ -97,7 +97,7 @@ impl Sweep {
         Self { sizes, measured: Vec::new() }
     }
 
-    /// Times every kernel (with its name) at every size, without and with the mask, each
+    /// Times every kernel (with its card: name and tolerance) at every size, without and with the mask, each
     /// output's first and last rows checked against the oracle first; a failure is printed as
     /// it happens. At each size the kernels take turns, as they did in the runs this was
     /// written from: a kernel timed right after the GPU sat idle (a previous kernel refusing a
@@ -107,12 +107,13 @@ impl Sweep {
         &mut self,
         gpu: &gpu::Gpu,
         timer: &gpu::GpuTimer,
-        kernels: &[(&str, &dyn gpu::attention::AttentionKernel)],
+        kernels: &[(reference::About, &dyn gpu::attention::AttentionKernel)],
     ) {
         for causal in [false, true] {
             for n in self.sizes.seqs.clone() {
-                for &(name, kernel) in kernels {
-                    let result = self.time_once(gpu, timer, kernel, n, causal);
+                for &(about, kernel) in kernels {
+                    let name = about.name;
+                    let result = self.time_once(gpu, timer, kernel, about.tolerance, n, causal);
                     if let Err(Missing::Failed(why)) = &result {
                         eprintln!("{name}, N={n}, causal={causal}: {why}");
                     }
@@ -129,6 +130,7 @@ impl Sweep {
         gpu: &gpu::Gpu,
         timer: &gpu::GpuTimer,
         kernel: &dyn gpu::attention::AttentionKernel,
+        tolerance: reference::Tolerance,
         n: usize,
         causal: bool,
     ) -> Result<(f64, f64), Missing> {
@@ -142,8 +144,7 @@ impl Sweep {
             .collect::<Result<Vec<_>, _>>()?;
         prepared[0].run(device, queue, None)?;
         let out = prepared[0].read_output(device, queue)?;
-        crate::validate_rows(&out, &problems[0], reference::Tolerance::F32)
-            .map_err(Missing::Failed)?;
+        crate::validate_rows(&out, &problems[0], tolerance).map_err(Missing::Failed)?;
         let timings = crate::timing::time_gpu(gpu, timer, &prepared, self.sizes.repeats)?;
         let bytes = prepared[0].io.bytes() + kernel.scratch_bytes(&prepared[0].io.shape);
         Ok((timings.median(), bytes as f64 / f64::from(1 << 20)))

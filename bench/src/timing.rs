@@ -97,7 +97,10 @@ pub fn time_gpu(
     prepared: &[gpu::attention::Prepared],
     repeats: Repeats,
 ) -> Result<Timings, reference::AttentionError> {
-    assert!(!prepared.is_empty(), "time_gpu needs at least one prepared input");
+    use reference::AttentionError;
+    if prepared.is_empty() {
+        return Err(AttentionError::Gpu("time_gpu needs at least one prepared input".into()));
+    }
     let (device, queue) = (&gpu.device, &gpu.queue);
     let mut turns = prepared.iter().cycle();
     for run in turns.by_ref().take(repeats.warmups) {
@@ -105,10 +108,11 @@ pub fn time_gpu(
     }
     let mut seconds = Vec::with_capacity(repeats.timed);
     for run in turns.take(repeats.timed) {
-        seconds.push(run.run(device, queue, Some(timer))?.expect("a timed launch has a time"));
+        let time = run.run(device, queue, Some(timer))?;
+        seconds.push(time.ok_or(AttentionError::Gpu("a timed launch returned no time".into()))?);
     }
     Timings::from_seconds(seconds).ok_or_else(|| {
-        reference::AttentionError::Gpu("the GPU timer returned a time that is not finite".into())
+        AttentionError::Gpu("the GPU timer returned a time that is not finite".into())
     })
 }
 // ANCHOR_END: time_gpu

@@ -2,8 +2,8 @@
 //! shell scripts (book/generate.sh, .ci/run).
 //!
 //! ```text
-//! list lessons      lesson packages          list exercises      exercise packages
-//! list folders      lesson folders           list gpu-lessons    packages of GPU lessons
+//! list lessons      the lesson packages, in course order
+//! list exercises    the exercise packages, in course order
 //! ```
 
 use std::process::ExitCode;
@@ -13,15 +13,9 @@ fn main() -> ExitCode {
     let lessons = course::lessons();
     let items: Vec<&str> = match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
         ["list", "lessons"] => lessons.iter().map(|l| l.package.as_str()).collect(),
-        ["list", "folders"] => lessons.iter().map(|l| l.folder.as_str()).collect(),
         ["list", "exercises"] => lessons.iter().map(|l| l.exercise.package.as_str()).collect(),
-        ["list", "gpu-lessons"] => {
-            lessons.iter().filter(|l| l.gpu).map(|l| l.package.as_str()).collect()
-        }
         _ => {
-            eprintln!(
-                "usage: cargo run -q -p course -- list lessons|folders|exercises|gpu-lessons"
-            );
+            eprintln!("usage: cargo run -q -p course -- list lessons|exercises");
             return ExitCode::from(2);
         }
     };

@@ -135,3 +135,19 @@ fn no_script_keeps_its_own_list_of_lessons() {
         assert!(!text.contains(" 01 02 03"), "{script} lists lesson numbers: read the manifest");
     }
 }
+
+#[test]
+fn gpu_lessons_and_only_they_build_the_gpu_code() {
+    for lesson in lessons() {
+        let manifest = toml_of(&format!("{}/Cargo.toml", lesson.lesson_folder()));
+        let dependencies = manifest["dependencies"].as_table().expect("[dependencies]");
+        let uses_gpu = dependencies.contains_key("gpu") || dependencies.contains_key("wgpu");
+        assert_eq!(uses_gpu, lesson.gpu, "{}: gpu = {} in course.toml", lesson.package, lesson.gpu);
+        let exercise = toml_of(&format!("{}/Cargo.toml", lesson.exercise_folder()));
+        let grader = &exercise["dev-dependencies"]["grader"];
+        let features =
+            grader.get("features").and_then(|f| f.as_array()).cloned().unwrap_or_default();
+        let grades_gpu = features.iter().any(|f| f.as_str() == Some("gpu"));
+        assert_eq!(grades_gpu, lesson.gpu, "{}: the grader's gpu feature", lesson.exercise.package);
+    }
+}

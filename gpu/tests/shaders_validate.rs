@@ -164,8 +164,9 @@ fn every_shaders_params_matches_the_host_struct() {
 fn a_shader_whose_params_drift_is_caught() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("gpu/ is in the workspace");
     let lesson = std::fs::read_to_string(root.join("lessons/09_gpu_flash/src/flash.wgsl")).unwrap();
-    let swapped = lesson.replacen("    scale: f32,", "    causal_: u32,\n    scale: f32,", 1);
-    assert_ne!(wgsl_params(&swapped), Some(rust_params()));
+    let with_extra_member =
+        lesson.replacen("    scale: f32,", "    causal_: u32,\n    scale: f32,", 1);
+    assert_ne!(wgsl_params(&with_extra_member), Some(rust_params()));
 }
 
 /// The text of `fn visible_keys` in `source`, up to its closing brace on a line of its own.

@@ -56,7 +56,8 @@ impl fmt::Display for Status {
 pub fn main(exercise: &str, checks: Vec<Check>) -> ExitCode {
     let lessons = course::lessons();
     let lesson = lessons.iter().find(|l| l.exercise.package == exercise);
-    run(exercise, lesson.map_or("", |l| l.exercise.topic.as_str()), checks)
+    let lesson = lesson.unwrap_or_else(|| panic!("course.toml lists no exercise {exercise}"));
+    run(exercise, &lesson.exercise.topic, checks)
 }
 
 /// Runs `checks` for `exercise` under `title`, prints the report, and returns success only if

@@ -17,7 +17,8 @@
 //!
 //! Each exercise crate builds its hidden tests on its own (`cargo test -p ex03 --test hidden`),
 //! so one half-finished exercise never stops another from being graded. The GPU exercises
-//! (`ex08`, `ex09`, `wgsl_mutants`) need the `gpu` feature, which exercises 08 and 09 turn on.
+//! (`ex08`, `ex09`) and `wgsl_mutants` need the `gpu` feature, which exercises 08 and 09 turn
+//! on.
 //!
 //! Beside them, `tests/equivalence.rs` checks that every registered stage computes the same
 //! attention as the oracle and as every other stage.

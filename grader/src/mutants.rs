@@ -13,7 +13,7 @@ use ndarray::{Array1, ArrayView1};
 use reference::AttentionShape;
 
 // ANCHOR: planted_bugs
-/// Declares a set of planted bugs: the enum, [`ALL`](NaiveBug::ALL) (every variant, listed by
+/// Declares a set of planted bugs: the enum, [`ALL`](crate::ex01::mutants::NaiveBug::ALL) (every variant, listed by
 /// the macro itself, so none can be left out of the self-check) and `caught_by`, the check
 /// meant to catch each one (an exhaustive match).
 macro_rules! planted_bugs {

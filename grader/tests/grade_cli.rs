@@ -43,5 +43,7 @@ fn unknown_exercises_and_bad_numbers_are_errors() {
     assert!(text.contains("no exercise named [\"ex99\"]"), "{text}");
     let (code, text) = grade(root, &["--stress", "many"]);
     assert_eq!(code, 2, "{text}");
-    assert!(text.contains("--stress takes a number of rounds, got `many`"), "{text}");
+    assert!(text.contains("--stress takes a number of rounds (1 or more), got `many`"), "{text}");
+    let (code, text) = grade(root, &["--stress", "0"]);
+    assert_eq!(code, 2, "{text}");
 }

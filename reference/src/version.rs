@@ -1,10 +1,10 @@
 //! What the course's registry knows about each implementation.
 //!
-//! Every lesson exports its implementations as numbered *versions* of one operation (the idea
-//! of llm.c's `dev/cuda`: version 1 is the simplest, each later one changes one thing and says
+//! Every lesson exports its implementations as *versions* of one operation (the idea of
+//! llm.c's `dev/cuda`: the first is the simplest, each later one changes one thing and says
 //! what). A version is an [`About`] (its name, lesson, kind, storage format and tolerance)
 //! and the code: a [`Forward`] or [`Backward`] function for CPU stages, a kernel constructor for
-//! GPU ones (`gpu::KernelVersion`). The `registry` crate collects them in course order; the tour,
+//! GPU ones (`gpu::attention::KernelVersion`). The `registry` crate collects them in course order; the tour,
 //! the cross-stage equivalence test and the benchmarks read that one list.
 
 use crate::compare::Tolerance;

@@ -2,11 +2,13 @@
 //!
 //! Each lesson exports its implementations as versions (`lessonNN::versions()`: a card saying
 //! name, lesson, kind, storage format and tolerance, and the code). This crate lists the
-//! lessons in course order, and everything that runs "every stage" reads it: the tour, the
-//! cross-stage equivalence test, the benchmarks. A new version of a lesson appears in all of
-//! them by being added to that lesson's `versions()`; a new lesson takes one line here.
+//! lessons in course order, and the programs that run "every stage" read it: the tour, the
+//! cross-stage equivalence test, the scaling study (the first version of lessons 01, 03, 07)
+//! and the GPU benchmark. A new version of a lesson appears in them by being added to that
+//! lesson's `versions()`; a new lesson takes one line here.
 //!
-//! The GPU kernels sit behind the `gpu` feature, so that a CPU-only reader builds no wgpu.
+//! The GPU kernels sit behind the `gpu` feature (on by default; the workspace's dependency
+//! line turns it off), so that a CPU-only reader builds no wgpu.
 
 use reference::{About, BackwardVersion, ForwardVersion};
 

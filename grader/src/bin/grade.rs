@@ -69,10 +69,10 @@ fn stress(root: &Path, args: &[&str]) -> ExitCode {
         ["--seed", seed] => {
             seed.parse::<u64>().err().map(|_| format!("--seed takes a whole number, got `{seed}`"))
         }
-        [rounds] => rounds
-            .parse::<u64>()
-            .err()
-            .map(|_| format!("--stress takes a number of rounds, got `{rounds}`")),
+        [rounds] => match rounds.parse::<u64>() {
+            Ok(1..) => None,
+            _ => Some(format!("--stress takes a number of rounds (1 or more), got `{rounds}`")),
+        },
         _ => Some(format!("--stress takes a number of rounds or --seed SEED, got {args:?}")),
     };
     if let Some(problem) = problem {
@@ -166,6 +166,13 @@ fn grade(root: &Path, exercise: &str) -> (Status, String) {
             return (Status::Failing, "-".to_string());
         }
     };
+    // stderr (the compiler's messages) is read on its own thread: a pipe holds about 64 KiB, and
+    // a child blocked writing to a full stderr would never finish writing stdout.
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    let errors = std::thread::spawn(move || {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut text).map(|_| text).unwrap_or_default()
+    });
     let mut result = None;
     for line in
         BufReader::new(child.stdout.take().expect("piped stdout")).lines().map_while(Result::ok)
@@ -177,8 +184,8 @@ fn grade(root: &Path, exercise: &str) -> (Status, String) {
             _ => println!("{line}"),
         }
     }
-    let output = child.wait_with_output().expect("cargo ran");
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let _ = child.wait();
+    let stderr = errors.join().unwrap_or_default();
     match result {
         // The checks ran: cargo's own note that the test binary "failed" adds nothing.
         Some(result) => result,

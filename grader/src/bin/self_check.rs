@@ -20,12 +20,11 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let number = |text: &str| text.parse::<u64>().ok();
+    let rounds = |text: &str| number(text).filter(|&n| n >= 1);
     match args[..] {
         [] => once(),
         ["--stress", "--seed", seed] if number(seed).is_some() => stress(1, number(seed)),
-        ["--stress", rounds] if number(rounds).is_some() => {
-            stress(number(rounds).unwrap_or(5), None)
-        }
+        ["--stress", text] if rounds(text).is_some() => stress(rounds(text).unwrap_or(1), None),
         _ => {
             eprintln!("{USAGE}");
             ExitCode::from(2)

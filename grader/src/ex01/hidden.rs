@@ -5,5 +5,5 @@ use grader::ex01::{Functions, checks};
 fn main() -> std::process::ExitCode {
     // The learner's code, seen through the exercise's adapter.
     let learner = Functions { attention: Box::new(ex01::attention) };
-    grader::hidden::main("ex01", checks(learner))
+    grader::hidden::main(env!("CARGO_PKG_NAME"), checks(learner))
 }

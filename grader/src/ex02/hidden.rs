@@ -14,5 +14,5 @@ fn main() -> std::process::ExitCode {
         online_softmax: Box::new(ex02::online_softmax),
         attention: Box::new(ex02::attention),
     };
-    grader::hidden::main("ex02", checks(learner))
+    grader::hidden::main(env!("CARGO_PKG_NAME"), checks(learner))
 }

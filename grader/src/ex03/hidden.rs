@@ -14,5 +14,5 @@ fn main() -> std::process::ExitCode {
         }),
         tiles_computed: Box::new(ex03::tiles_computed),
     };
-    grader::hidden::main("ex03", checks(learner))
+    grader::hidden::main(env!("CARGO_PKG_NAME"), checks(learner))
 }

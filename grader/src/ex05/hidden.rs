@@ -15,5 +15,5 @@ fn main() -> std::process::ExitCode {
             ex05::backward(q, k, v, options, forward, d_o, tiles)
         }),
     };
-    grader::hidden::main("ex05", checks(learner))
+    grader::hidden::main(env!("CARGO_PKG_NAME"), checks(learner))
 }

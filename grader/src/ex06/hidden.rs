@@ -9,5 +9,5 @@ fn main() -> std::process::ExitCode {
         attention_bf16: Box::new(ex06::attention),
         dispatch: Box::new(ex06::dispatch),
     };
-    grader::hidden::main("ex06", checks(learner))
+    grader::hidden::main(env!("CARGO_PKG_NAME"), checks(learner))
 }

@@ -5,5 +5,5 @@ use grader::ex08::{Functions, checks};
 fn main() -> std::process::ExitCode {
     // The learner's kernels, seen through the exercise's adapter.
     let learner = Functions { attention: Box::new(ex08::attention) };
-    grader::hidden::main("ex08", checks(learner))
+    grader::hidden::main(env!("CARGO_PKG_NAME"), checks(learner))
 }

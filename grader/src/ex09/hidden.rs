@@ -13,5 +13,5 @@ impl Exercise09 for Learner {
 }
 
 fn main() -> std::process::ExitCode {
-    grader::hidden::main("ex09", grader::ex09::checks(Learner))
+    grader::hidden::main(env!("CARGO_PKG_NAME"), grader::ex09::checks(Learner))
 }

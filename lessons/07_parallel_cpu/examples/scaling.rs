@@ -60,9 +60,14 @@ fn main() -> Result<(), String> {
     let figures = Figures::from_args(&std::env::args().skip(1).collect::<Vec<_>>())?;
     let threads = rayon::current_num_threads();
     println!("{}; fp32, H = {HEADS}, D = {HEAD_DIM}, not causal", Machine::this().describe());
-    let wanted = ["lesson01", "lesson03", "lesson07"];
-    let stages: Vec<ForwardVersion> =
-        registry::cpu_forwards().into_iter().filter(|s| wanted.contains(&s.about.lesson)).collect();
+    // The first registered version of each lesson compared: naive, tiled, parallel.
+    let mut registered = registry::cpu_forwards();
+    let mut stages: Vec<ForwardVersion> = Vec::new();
+    for lesson in ["lesson01", "lesson03", "lesson07"] {
+        let first = registered.iter().position(|s| s.about.lesson == lesson);
+        stages
+            .push(registered.remove(first.ok_or(format!("no version of {lesson} is registered"))?));
+    }
     for stage in &stages {
         bench::validate(stage, &[spec(2, 300).causal(true), spec(1, 77)])?;
     }
@@ -73,8 +78,14 @@ fn main() -> Result<(), String> {
     let script = in_workspace("lessons/07_parallel_cpu/peer/sdpa_cpu.py")?;
     let peer = Peer::new(script).option("threads", threads).option("repeats", 7);
     let peer = match peer.version() {
-        Ok(version) => Some(peer).inspect(|_| println!("PyTorch peer: {version}, fp32\n")),
-        Err(e) => None.inspect(|_: &Peer| println!("PyTorch peer not run: {e}\n")),
+        Ok(version) => {
+            println!("PyTorch peer: {version}, fp32\n");
+            Some(peer)
+        }
+        Err(e) => {
+            println!("PyTorch peer not run: {e}\n");
+            None
+        }
     };
 
     // Seconds of each, lesson 07's rate, and lesson 07's speedup over the others (one run).
@@ -158,6 +169,6 @@ fn main() -> Result<(), String> {
         "07_throughput_vs_batch",
         &plot(batch_title, "batch size B", "tokens per second", batch_lines, &names[2..]),
     )?;
-    println!("wrote 07_*.csv and 07_*.svg to {}", figures.dir.display());
+    println!("wrote 07_*.csv and 07_*.svg to {}", figures.display());
     Ok(())
 }

@@ -70,12 +70,9 @@ fn main() -> Result<(), String> {
     // 2. Time every version at every size, then PyTorch's backends in the same run.
     let mut built = Vec::new();
     for version in &versions {
-        built.push((
-            version.about.name,
-            (version.build)(&gpu.device, d).map_err(|e| e.to_string())?,
-        ));
+        built.push((version.about, (version.build)(&gpu.device, d).map_err(|e| e.to_string())?));
     }
-    let kernels: Vec<_> = built.iter().map(|(name, kernel)| (*name, kernel.as_ref())).collect();
+    let kernels: Vec<_> = built.iter().map(|(about, kernel)| (*about, kernel.as_ref())).collect();
     let mut sweep = Sweep::new(sizes);
     sweep.time_kernels(gpu, &timer, &kernels);
     let peer = Peer::new(in_workspace("lessons/09_gpu_flash/peer/sdpa_gpu.py")?)
@@ -97,6 +94,6 @@ fn main() -> Result<(), String> {
     let title = format!("Attention forward on {} (B={batch}, H={heads}, D={d})", gpu.info.name);
     figures.write_csv(stem, &sweep.csv())?;
     figures.write_svg(stem, &sweep.tflops_plot(&title))?;
-    println!("wrote {stem}.csv and .svg to {}", figures.dir.display());
+    println!("wrote {stem}.csv and .svg to {}", figures.display());
     Ok(())
 }

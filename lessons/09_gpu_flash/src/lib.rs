@@ -313,7 +313,10 @@ pub fn versions() -> Vec<gpu::attention::KernelVersion> {
         boxed(FlashAttention::new(device, TileSizes::new(br, bc)?, d))
     }
     vec![
-        KernelVersion { about: first, build: |device, d| flash(device, 64, 32, d) },
+        KernelVersion {
+            about: first,
+            build: |device, d| boxed(FlashAttention::new(device, default_tiles(), d)),
+        },
         KernelVersion { about: second, build: |device, d| flash(device, 128, 16, d) },
     ]
 }

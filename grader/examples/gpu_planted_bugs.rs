@@ -1,9 +1,10 @@
 //! Which of a GPU lesson's own tests each planted WGSL bug turns red.
 //!
 //! The bugs are the grader's (`grader::ex08::mutants`, `grader::ex09::mutants`: their one
-//! definition). Each is planted
-//! in the lesson's shader file, one at a time; the lesson's contract tests run against it; the
-//! file is restored (also when this program stops early). Prints a Markdown table:
+//! definition). Each is planted in the lesson's shader file, one at a time; the lesson's
+//! contract tests run against it; the file is restored (on a normal end and on a panic; a
+//! process killed by a signal leaves the planted bug in place, and `git checkout` of the
+//! shader undoes it). Prints a Markdown table:
 //! `bash book/generate.sh` writes it to book/src/generated/gpu_mutants.md.
 //!
 //! `cargo run -p grader --features gpu --example gpu_planted_bugs` (from the workspace root)

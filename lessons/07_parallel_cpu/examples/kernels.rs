@@ -13,8 +13,6 @@
 //! cargo run --release -p lesson07 --example kernels
 //! ```
 
-use std::time::Instant;
-
 use lesson07::exp2::{exp2, two_to_the_fraction};
 use lesson07::kernels::matmul;
 use ndarray::Array2;
@@ -22,18 +20,8 @@ use ndarray::linalg::general_mat_mul;
 
 /// Seconds of `run`: (fastest, median, slowest) of 31 runs after 3 warm-up runs.
 fn time(mut run: impl FnMut()) -> (f64, f64, f64) {
-    for _ in 0..3 {
-        run();
-    }
-    let mut times: Vec<f64> = (0..31)
-        .map(|_| {
-            let start = Instant::now();
-            run();
-            start.elapsed().as_secs_f64()
-        })
-        .collect();
-    times.sort_by(f64::total_cmp);
-    (times[0], times[15], times[30])
+    let t = bench::time_cpu(&[()], bench::Repeats::new(3, 31), |_| run());
+    (t.fastest(), t.median(), t.slowest())
 }
 
 /// `2^x` as lesson 07 computes it, except that `2^n` is built from `n as i32`.
@@ -82,11 +70,7 @@ fn rows_of(row: &[f32], scratch: &mut [f32], f: impl Fn(f32) -> f32 + Copy) -> (
 }
 
 fn main() {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|i| i.lines().find(|l| l.starts_with("model name")).map(str::to_string))
-        .and_then(|l| l.split(':').nth(1).map(|n| n.trim().to_string()))
-        .unwrap_or_else(|| "an unknown CPU".to_string());
+    let cpu = bench::machine::cpu_name().unwrap_or_else(|| "an unknown CPU".to_string());
     println!("{cpu}, one thread; fastest / median / slowest of 31 runs\n");
 
     println!("tile products, GFLOP/s (higher is better)");

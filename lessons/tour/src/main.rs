@@ -43,7 +43,7 @@ fn main() -> ExitCode {
         spec.head_dim,
         spec.causal,
         std::thread::available_parallelism().map_or(1, |n| n.get()),
-        cpu_name().map(|name| format!(", {name}")).unwrap_or_default(),
+        bench::machine::cpu_name().map(|name| format!(", {name}")).unwrap_or_default(),
     );
 
     let start = Instant::now();
@@ -157,11 +157,4 @@ fn parse_args(args: &[String]) -> Result<Option<(ProblemSpec, u64)>, String> {
     }
     spec.kv_len = kv_len.unwrap_or(spec.q_len);
     Ok(Some((spec, seed)))
-}
-
-/// The CPU's model name, where the system says it (Linux).
-fn cpu_name() -> Option<String> {
-    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("model name"))?;
-    Some(line.split_once(':')?.1.trim().to_string())
 }

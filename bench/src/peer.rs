@@ -187,7 +187,10 @@ pub fn parse(text: &str) -> Result<PeerReport, PeerError> {
             malformed(header_line, format!("no column `{name}` in the header `{header}`"))
         })
     };
-    let at: Vec<usize> = COLUMNS.iter().map(|name| column(name)).collect::<Result<_, _>>()?;
+    // Every column must be there; after this, a field is found by its name.
+    for name in COLUMNS {
+        column(name)?;
+    }
     let mut rows = Vec::new();
     for (number, line) in lines.filter(|(_, l)| !l.is_empty() && !l.starts_with('#')) {
         let fields: Vec<&str> = line.split(',').map(str::trim).collect();
@@ -195,33 +198,32 @@ pub fn parse(text: &str) -> Result<PeerReport, PeerError> {
             let why = format!("{} fields, expected {}: `{line}`", fields.len(), names.len());
             return Err(malformed(number, why));
         }
-        let size = |i: usize| {
-            fields[at[i]].parse::<usize>().map_err(|_| {
-                malformed(
-                    number,
-                    format!("`{}` is not a whole number ({})", fields[at[i]], COLUMNS[i]),
-                )
-            })
+        let field = |name: &str| column(name).map(|i| fields[i]);
+        let size = |name: &str| {
+            let text = field(name)?;
+            text.parse::<usize>()
+                .map_err(|_| malformed(number, format!("`{text}` is not a whole number ({name})")))
         };
-        let causal = match fields[at[4]] {
+        let causal = match field("causal")? {
             "0" => false,
             "1" => true,
             other => {
                 return Err(malformed(number, format!("causal is `{other}`, expected 0 or 1")));
             }
         };
-        let seconds: f64 = fields[at[6]].parse().map_err(|_| {
-            malformed(number, format!("`{}` is not a number of seconds", fields[at[6]]))
-        })?;
+        let text = field("seconds")?;
+        let seconds: f64 = text
+            .parse()
+            .map_err(|_| malformed(number, format!("`{text}` is not a number of seconds")))?;
         rows.push(PeerRow {
             problem: PeerProblem {
-                batch: size(0)?,
-                heads: size(1)?,
-                seq: size(2)?,
-                head_dim: size(3)?,
+                batch: size("batch")?,
+                heads: size("heads")?,
+                seq: size("seq")?,
+                head_dim: size("head_dim")?,
                 causal,
             },
-            backend: fields[at[5]].to_string(),
+            backend: field("backend")?.to_string(),
             seconds: (seconds.is_finite() && seconds > 0.0).then_some(seconds),
         });
     }

@@ -104,25 +104,15 @@ mod tests {
         }
     }
 
-    /// The lesson packages whose `src/lib.rs` exports `versions()`, read from the lessons
-    /// folder: a lesson that exports versions but is missing here fails this test.
+    /// The lessons of the course manifest whose `src/lib.rs` exports `versions()`: a lesson
+    /// that exports versions but is missing here fails this test.
     fn lessons_exporting_versions() -> BTreeSet<String> {
-        let lessons = Path::new(env!("CARGO_MANIFEST_DIR")).join("../lessons");
-        let mut found = BTreeSet::new();
-        for entry in std::fs::read_dir(&lessons).expect("the lessons folder") {
-            let dir = entry.expect("a readable folder").path();
-            let lib = std::fs::read_to_string(dir.join("src/lib.rs")).unwrap_or_default();
-            if lib.contains("pub fn versions()") {
-                let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).expect("Cargo.toml");
-                let name = manifest
-                    .lines()
-                    .find_map(|l| l.strip_prefix("name = \""))
-                    .and_then(|rest| rest.strip_suffix('"'))
-                    .expect("a package name");
-                found.insert(name.to_string());
-            }
-        }
-        found
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let exports = |lesson: &course::Lesson| {
+            let lib = root.join(lesson.lesson_folder()).join("src/lib.rs");
+            std::fs::read_to_string(&lib).expect("a lesson's lib.rs").contains("pub fn versions()")
+        };
+        course::lessons().into_iter().filter(exports).map(|lesson| lesson.package).collect()
     }
 
     #[test]

@@ -23,13 +23,9 @@ use std::process::{Command, ExitCode, Stdio};
 
 use grader::hidden::Status;
 
-/// Every exercise, in course order, from the course manifest: package, folder, topic.
-fn exercises() -> Vec<(String, String, String)> {
-    let lessons = course::lessons();
-    lessons
-        .into_iter()
-        .map(|l| (l.exercise.package.clone(), l.exercise_folder(), l.exercise.topic))
-        .collect()
+/// The exercise packages, in course order, from the course manifest.
+fn exercise_names() -> Vec<String> {
+    course::lessons().into_iter().map(|l| l.exercise.package).collect()
 }
 
 const USAGE: &str =
@@ -94,7 +90,7 @@ fn in_the_workspace(root: &Path, args: &[&str]) -> ExitCode {
         ["--self-check"] => self_check(root),
         ["--stress", rest @ ..] => stress(root, rest),
         names => {
-            let known: Vec<String> = exercises().into_iter().map(|e| e.0).collect();
+            let known = exercise_names();
             let unknown: Vec<_> = names.iter().filter(|n| !known.iter().any(|k| k == *n)).collect();
             if !unknown.is_empty() {
                 eprintln!(
@@ -234,17 +230,19 @@ fn save_progress(root: &Path, progress: &BTreeMap<String, (Status, String)>) {
 
 fn print_progress(progress: &BTreeMap<String, (Status, String)>) {
     println!("progress:");
-    for (name, folder, topic) in exercises() {
+    for lesson in course::lessons() {
+        let (name, topic) = (&lesson.exercise.package, &lesson.exercise.topic);
         let (status, score) =
-            progress.get(&name).cloned().unwrap_or((Status::NotStarted, "-".into()));
+            progress.get(name).cloned().unwrap_or((Status::NotStarted, "-".into()));
         let mark = match status {
             Status::Done => "[x]",
             Status::Failing => "[!]",
             Status::NotStarted => "[ ]",
         };
         println!(
-            "  {mark} {name}  {:<12} {score:>5} checks  {topic:<38} {folder}",
-            status.to_string()
+            "  {mark} {name}  {:<12} {score:>5} checks  {topic:<38} {}",
+            status.to_string(),
+            lesson.exercise_folder()
         );
     }
 }
@@ -254,7 +252,7 @@ fn print_progress(progress: &BTreeMap<String, (Status, String)>) {
 fn self_check(root: &Path) -> ExitCode {
     let mut ok = run_self_check_binary(root, &[]);
     println!("untouched stubs (run this on a clean checkout):");
-    for (name, _, _) in exercises() {
+    for name in exercise_names() {
         let (status, _) = grade(root, &name);
         let expected = status == Status::NotStarted;
         println!(

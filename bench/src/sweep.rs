@@ -62,10 +62,11 @@ pub enum Missing {
 
 impl From<AttentionError> for Missing {
     fn from(e: AttentionError) -> Self {
-        match e {
-            AttentionError::ExceedsDeviceLimit { .. } => Missing::Refused,
-            other => Missing::Failed(other.to_string()),
+        #[cfg(feature = "gpu")]
+        if gpu::GpuError::of(&e).is_some_and(gpu::GpuError::is_refusal) {
+            return Missing::Refused;
         }
+        Missing::Failed(e.to_string())
     }
 }
 
@@ -273,15 +274,15 @@ mod tests {
         assert_eq!(lines, [("k", 1), ("PyTorch flash", 1)]);
     }
 
+    #[cfg(feature = "gpu")]
     #[test]
     fn refusals_are_told_apart_from_errors_by_type() {
-        let limit = AttentionError::ExceedsDeviceLimit {
-            what: "S".into(),
-            needed: 2,
-            limit: 1,
-            limit_name: "x",
-        };
-        assert_eq!(Missing::from(limit), Missing::Refused);
-        assert!(matches!(Missing::from(AttentionError::Gpu("lost".into())), Missing::Failed(_)));
+        use gpu::GpuError;
+        let limit =
+            GpuError::ExceedsDeviceLimit { what: "S".into(), needed: 2, limit: 1, limit_name: "x" };
+        assert_eq!(Missing::from(AttentionError::from(limit)), Missing::Refused);
+        let lost = AttentionError::from(GpuError::Lost("lost".into()));
+        assert!(matches!(Missing::from(lost), Missing::Failed(_)));
+        assert!(matches!(Missing::from(AttentionError::InvalidScale(0.0)), Missing::Failed(_)));
     }
 }

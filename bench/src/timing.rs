@@ -97,9 +97,11 @@ pub fn time_gpu(
     prepared: &[gpu::attention::Prepared],
     repeats: Repeats,
 ) -> Result<Timings, reference::AttentionError> {
-    use reference::AttentionError;
+    use gpu::GpuError;
     if prepared.is_empty() {
-        return Err(AttentionError::Gpu("time_gpu needs at least one prepared input".into()));
+        return Err(
+            GpuError::KernelMisuse("time_gpu needs at least one prepared input".into()).into()
+        );
     }
     let (device, queue) = (&gpu.device, &gpu.queue);
     let mut turns = prepared.iter().cycle();
@@ -109,10 +111,10 @@ pub fn time_gpu(
     let mut seconds = Vec::with_capacity(repeats.timed);
     for run in turns.take(repeats.timed) {
         let time = run.run(device, queue, Some(timer))?;
-        seconds.push(time.ok_or(AttentionError::Gpu("a timed launch returned no time".into()))?);
+        seconds.push(time.ok_or(GpuError::Lost("a timed launch returned no time".into()))?);
     }
     Timings::from_seconds(seconds).ok_or_else(|| {
-        AttentionError::Gpu("the GPU timer returned a time that is not finite".into())
+        GpuError::Lost("the GPU timer returned a time that is not finite".into()).into()
     })
 }
 // ANCHOR_END: time_gpu

@@ -13,6 +13,7 @@ use reference::{
     Forward, check_inputs,
 };
 
+use crate::GpuError;
 use crate::buffers;
 use crate::kernel::{Dispatch, launch};
 
@@ -130,7 +131,7 @@ fn padded_rows(x: &Array4<f32>, row_stride: usize) -> Vec<f32> {
 /// The uniform for `shape`; an error if a size does not fit the shader's `u32`.
 fn params_of(shape: &AttentionShape, scale: f32, causal: bool) -> Result<Params, AttentionError> {
     let as_u32 = |what: &str, n: usize| {
-        u32::try_from(n).map_err(|_| AttentionError::ExceedsDeviceLimit {
+        u32::try_from(n).map_err(|_| GpuError::ExceedsDeviceLimit {
             what: what.to_string(),
             needed: n as u64,
             limit: u64::from(u32::MAX),

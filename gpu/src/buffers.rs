@@ -4,6 +4,8 @@
 //! a tensor is one call; downloading goes through a staging buffer the CPU may map.
 
 use reference::AttentionError;
+
+use crate::GpuError;
 use wgpu::util::DeviceExt;
 
 /// A storage buffer's usages: kernels read and write it, the CPU copies in and out of it.
@@ -32,12 +34,13 @@ pub fn check_storage_size(
 ) -> Result<(), AttentionError> {
     let (limit, limit_name) = largest_binding(device);
     if bytes > limit {
-        return Err(AttentionError::ExceedsDeviceLimit {
+        return Err(GpuError::ExceedsDeviceLimit {
             what: format!("{what} ({bytes} bytes)"),
             needed: bytes,
             limit,
             limit_name,
-        });
+        }
+        .into());
     }
     Ok(())
 }
@@ -105,12 +108,12 @@ pub fn download<T: bytemuck::Pod>(
     wait(device)?;
     receiver
         .recv()
-        .map_err(|e| AttentionError::Gpu(format!("buffer mapping never finished: {e}")))?
-        .map_err(|e| AttentionError::Gpu(format!("could not map a buffer for reading: {e}")))?;
+        .map_err(|e| GpuError::Lost(format!("buffer mapping never finished: {e}")))?
+        .map_err(|e| GpuError::Lost(format!("could not map a buffer for reading: {e}")))?;
     let data = {
         let view = staging
             .get_mapped_range(..)
-            .map_err(|e| AttentionError::Gpu(format!("could not read a mapped buffer: {e}")))?;
+            .map_err(|e| GpuError::Lost(format!("could not read a mapped buffer: {e}")))?;
         bytemuck::pod_collect_to_vec(&view)
     };
     staging.unmap();
@@ -122,5 +125,5 @@ pub fn wait(device: &wgpu::Device) -> Result<(), AttentionError> {
     device
         .poll(wgpu::PollType::wait_indefinitely())
         .map(|_| ())
-        .map_err(|e| AttentionError::Gpu(format!("waiting for the GPU failed: {e}")))
+        .map_err(|e| GpuError::Lost(format!("waiting for the GPU failed: {e}")).into())
 }

@@ -4,6 +4,8 @@ use std::sync::OnceLock;
 
 use reference::AttentionError;
 
+use crate::GpuError;
+
 /// Environment variable that forces an adapter: any part of its name, e.g. `llvmpipe` or
 /// `H100` (case does not matter).
 pub const ADAPTER_VAR: &str = "FLASH_ADAPTER";
@@ -64,7 +66,10 @@ impl Gpu {
                 trace: wgpu::Trace::Off,
             })
             .await
-            .map_err(|e| AttentionError::Gpu(format!("could not open {}: {e}", info.name)))?;
+            .map_err(|e| GpuError::DeviceRefused {
+                adapter: info.name.clone(),
+                reason: e.to_string(),
+            })?;
         Ok(Self { info, device, queue })
     }
 
@@ -99,17 +104,17 @@ fn choose_adapter(
     wanted: Option<&str>,
 ) -> Result<wgpu::Adapter, AttentionError> {
     if adapters.is_empty() {
-        return Err(AttentionError::Gpu(NO_ADAPTER.to_string()));
+        return Err(GpuError::NoAdapter.into());
     }
     if let Some(wanted) = wanted {
         let names: Vec<String> = adapters.iter().map(|a| a.get_info().name).collect();
         let position = names.iter().position(|n| n.to_lowercase().contains(&wanted.to_lowercase()));
         return match position {
             Some(i) => Ok(adapters.into_iter().nth(i).expect("position is in range")),
-            None => Err(AttentionError::Gpu(format!(
-                "{ADAPTER_VAR}={wanted:?} matches no adapter; expected part of one of these \
-                 names: {names:?}"
-            ))),
+            None => {
+                Err(GpuError::AdapterNotFound { wanted: wanted.to_string(), available: names }
+                    .into())
+            }
         };
     }
     let rank = |a: &wgpu::Adapter| match a.get_info().device_type {
@@ -121,12 +126,6 @@ fn choose_adapter(
     };
     Ok(adapters.into_iter().min_by_key(rank).expect("adapters is not empty"))
 }
-
-const NO_ADAPTER: &str = "no GPU adapter found: wgpu found no Vulkan, Metal or DX12 device. \
-    On Linux without a GPU, install Mesa's software Vulkan driver (lavapipe): \
-    `sudo apt-get install mesa-vulkan-drivers` (Debian, Ubuntu) or \
-    `sudo dnf install mesa-vulkan-drivers` (Fedora); with an NVIDIA GPU but no Vulkan loader, \
-    install libvulkan1 and point VK_DRIVER_FILES at nvidia_icd.json";
 
 #[cfg(test)]
 mod tests {

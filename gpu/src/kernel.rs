@@ -10,6 +10,8 @@ use std::sync::Mutex;
 
 use reference::AttentionError;
 
+use crate::GpuError;
+
 /// One compute dispatch: a pipeline, its buffers, and how many workgroups to launch.
 pub struct Dispatch {
     /// Name for error messages, e.g. `"scores S = Q K^T"`.
@@ -79,18 +81,19 @@ fn compile_uncached(
 /// so binding a buffer to it fails: callers that need a binding check for it here and say so.
 pub fn bindings_used(source: &str, entry: &str) -> Result<Vec<u32>, AttentionError> {
     let module = naga::front::wgsl::parse_str(source).map_err(|e| {
-        AttentionError::Gpu(format!("the shader does not parse: {}", e.emit_to_string(source)))
+        GpuError::Shader(format!("the shader does not parse: {}", e.emit_to_string(source)))
     })?;
     let flags = naga::valid::ValidationFlags::all();
     let info = naga::valid::Validator::new(flags, naga::valid::Capabilities::all())
         .validate(&module)
         .map_err(|e| {
-            AttentionError::Gpu(format!("the shader is not valid: {}", e.emit_to_string(source)))
+            GpuError::Shader(format!("the shader is not valid: {}", e.emit_to_string(source)))
         })?;
-    let index =
-        module.entry_points.iter().position(|e| e.name == entry).ok_or_else(|| {
-            AttentionError::Gpu(format!("the shader has no entry point `{entry}`"))
-        })?;
+    let index = module
+        .entry_points
+        .iter()
+        .position(|e| e.name == entry)
+        .ok_or_else(|| GpuError::Shader(format!("the shader has no entry point `{entry}`")))?;
     let uses = info.get_entry_point(index);
     Ok(module
         .global_variables
@@ -140,12 +143,13 @@ pub fn check_workgroups(
 ) -> Result<(), AttentionError> {
     let limit = device.limits().max_compute_workgroups_per_dimension;
     match workgroups.iter().find(|&&count| count > limit) {
-        Some(&count) => Err(AttentionError::ExceedsDeviceLimit {
+        Some(&count) => Err(GpuError::ExceedsDeviceLimit {
             what: format!("{label}: {workgroups:?} workgroups"),
             needed: u64::from(count),
             limit: u64::from(limit),
             limit_name: "max_compute_workgroups_per_dimension",
-        }),
+        }
+        .into()),
         None => Ok(()),
     }
 }
@@ -167,12 +171,13 @@ pub fn check_loop_iterations(
 ) -> Result<(), AttentionError> {
     let is_lavapipe = device.adapter_info().name.contains("llvmpipe");
     if is_lavapipe && iterations > LAVAPIPE_LOOP_LIMIT {
-        return Err(AttentionError::ExceedsDeviceLimit {
+        return Err(GpuError::ExceedsDeviceLimit {
             what: format!("{kernel}: {iterations} loop iterations in one thread"),
             needed: iterations,
             limit: LAVAPIPE_LOOP_LIMIT,
             limit_name: "lavapipe's loop limit per invocation, LP_MAX_TGSI_LOOP_ITERATIONS",
-        });
+        }
+        .into());
     }
     Ok(())
 }
@@ -223,7 +228,9 @@ pub fn catch_errors<R>(
     let result = work();
     let errors = [pollster::block_on(validation.pop()), pollster::block_on(out_of_memory.pop())];
     match errors.into_iter().flatten().next() {
-        Some(error) => Err(AttentionError::Gpu(format!("{doing}: {error}"))),
+        Some(error) => {
+            Err(GpuError::Rejected { doing: doing.to_string(), reason: error.to_string() }.into())
+        }
         None => Ok(result),
     }
 }

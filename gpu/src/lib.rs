@@ -14,15 +14,20 @@
 //! - [`uniformity`]: a static check that every barrier of a WGSL shader is reached by every
 //!   invocation of its workgroup (naga does not check it; a GPU may hang or race).
 //!
+//! Device failures are [`GpuError`]s, carried in the course's one error type as
+//! `AttentionError::Device` (converted with `From`; [`GpuError::of`] gets them back).
+//!
 //! Every function that touches a device takes `&wgpu::Device` and `&wgpu::Queue` rather than
 //! creating its own, so one device serves a whole test binary or benchmark.
 
 pub mod attention;
 pub mod buffers;
 mod context;
+mod error;
 pub mod kernel;
 mod timer;
 pub mod uniformity;
 
 pub use context::{ADAPTER_VAR, Gpu, SKIP_TESTS_VAR, for_tests};
+pub use error::GpuError;
 pub use timer::GpuTimer;

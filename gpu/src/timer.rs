@@ -6,6 +6,8 @@
 
 use reference::AttentionError;
 
+use crate::GpuError;
+
 /// Two timestamp slots (begin and end of a pass) and the buffers to read them back.
 pub struct GpuTimer {
     queries: wgpu::QuerySet,
@@ -18,11 +20,11 @@ impl GpuTimer {
     /// (the adapter lacks it).
     pub fn new(device: &wgpu::Device, queue: &wgpu::Queue) -> Result<Self, AttentionError> {
         if !device.features().contains(wgpu::Features::TIMESTAMP_QUERY) {
-            return Err(AttentionError::Gpu(
-                "this adapter has no TIMESTAMP_QUERY feature, so GPU time cannot be measured; \
-                 expected a GPU whose driver reports timestamps"
-                    .to_string(),
-            ));
+            return Err(GpuError::MissingFeature {
+                feature: "TIMESTAMP_QUERY",
+                needed_for: "measuring GPU time",
+            }
+            .into());
         }
         let queries = device.create_query_set(&wgpu::QuerySetDescriptor {
             label: Some("pass begin and end"),

@@ -1,6 +1,7 @@
 //! The one error type every stage returns for bad input.
 
 use std::fmt;
+use std::sync::Arc;
 
 /// What was wrong with the inputs of an attention call, and what was expected instead.
 ///
@@ -71,18 +72,6 @@ pub enum AttentionError {
         /// The largest one the kernel supports.
         max: usize,
     },
-    /// The problem needs more of a device resource than the device offers (a buffer larger
-    /// than its largest binding, more workgroups than one dispatch may launch, ...).
-    ExceedsDeviceLimit {
-        /// What is too large, e.g. `"the score matrix S"`.
-        what: String,
-        /// How much of it the problem needs.
-        needed: u64,
-        /// How much the device allows, and the name of the limit.
-        limit: u64,
-        /// The `wgpu::Limits` field (or feature) that sets the limit.
-        limit_name: &'static str,
-    },
     /// An input holds NaN or an infinity (the contract's non-finite policy: bad data is an
     /// error, never a silent answer; see [`crate::contract`]).
     NonFinite {
@@ -124,8 +113,42 @@ pub enum AttentionError {
         /// How many keys the row sees.
         visible_keys: usize,
     },
-    /// The GPU could not be used: no adapter, a lost device, a shader the driver rejected.
-    Gpu(String),
+    /// The device a stage runs on failed or refused the problem: no adapter, a limit the
+    /// problem exceeds, a shader the driver rejected. The cause keeps its own type (the `gpu`
+    /// crate's `GpuError`), so this crate stays free of any device API.
+    Device(DeviceError),
+}
+
+/// A device's own error, carried inside [`AttentionError::Device`] with its type kept.
+///
+/// The device crate defines the error and converts it with `From`; a caller that needs the
+/// details gets them back with [`DeviceError::downcast_ref`]. Two device errors are equal when
+/// they say the same thing.
+#[derive(Clone, Debug)]
+pub struct DeviceError(Arc<dyn std::error::Error + Send + Sync>);
+
+impl DeviceError {
+    /// Wraps a device crate's error.
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self(Arc::new(error))
+    }
+
+    /// The device crate's error, if it is of type `E`.
+    pub fn downcast_ref<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        self.0.downcast_ref()
+    }
+}
+
+impl PartialEq for DeviceError {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0.to_string() == other.0.to_string()
+    }
+}
+
+impl fmt::Display for DeviceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
 }
 
 /// The non-finite value an input held.
@@ -212,11 +235,6 @@ impl fmt::Display for AttentionError {
                 f,
                 "head_dim = {head_dim} is larger than this kernel supports; expected at most {max}"
             ),
-            Self::ExceedsDeviceLimit { what, needed, limit, limit_name } => write!(
-                f,
-                "{what} needs {needed} but the device allows at most {limit} ({limit_name}); \
-                 expected a smaller problem (fewer heads, shorter sequences) or a larger device"
-            ),
             Self::NonFinite { tensor, index, value } => write!(
                 f,
                 "{tensor}[{}] is {value}; expected finite numbers (NaN and infinities are \
@@ -252,9 +270,16 @@ impl fmt::Display for AttentionError {
                     )
                 }
             }
-            Self::Gpu(message) => write!(f, "{message}"),
+            Self::Device(error) => error.fmt(f),
         }
     }
 }
 
-impl std::error::Error for AttentionError {}
+impl std::error::Error for AttentionError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Device(error) => Some(&*error.0),
+            _ => None,
+        }
+    }
+}

@@ -29,7 +29,7 @@ pub use contract::{
     AttentionOptions, AttentionOutput, AttentionShape, Backward, CheckedInputs, Forward,
     check_finite, check_inputs, check_logsumexp, check_lse_shape, check_same_shape,
 };
-pub use error::{AttentionError, NonFiniteValue};
+pub use error::{AttentionError, DeviceError, NonFiniteValue};
 pub use oracle::{Expected, ExpectedGradients, Gradients};
 pub use problem::{Problem, ProblemSpec};
 pub use version::{About, BackwardVersion, ForwardVersion, Kind, Storage};

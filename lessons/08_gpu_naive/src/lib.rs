@@ -9,7 +9,7 @@
 //! buffer `S` (`B * H * Nq * Nkv` floats). The GPU is fast at the arithmetic, but `S` must be
 //! written and read back through the GPU's main memory, and it must fit in one storage buffer
 //! binding: [`NaiveAttention::dispatches`] refuses, with
-//! [`AttentionError::ExceedsDeviceLimit`], a problem whose `S` is larger than the device can
+//! [`gpu::GpuError::ExceedsDeviceLimit`], a problem whose `S` is larger than the device can
 //! bind (128 MiB on lavapipe, 4 GiB on an H100), long before the GPU runs out of memory.
 
 use gpu::attention::{AttentionBuffers, AttentionKernel};

@@ -5,7 +5,7 @@ use lesson08::{NaiveAttention, attention_on, score_bytes};
 use ndarray::Array4;
 use proptest::prelude::*;
 use reference::Forward;
-use reference::{AttentionError, AttentionOptions, Problem, ProblemSpec, Tolerance};
+use reference::{AttentionOptions, Problem, ProblemSpec, Tolerance};
 use testkit::checks::{
     check_against_oracle, check_heads_independent, check_lse_at_least_row_max,
     check_rejects_bad_inputs, check_rejects_non_finite_inputs, check_rejects_overflowing_logits,
@@ -85,12 +85,12 @@ fn a_score_matrix_larger_than_a_buffer_binding_is_an_error() {
     let spec = ProblemSpec::new(1, 1, n, n, 1);
     assert!(score_bytes(&spec.shape()) > limit);
     let err = run(&on_gpu(), &Problem::random(&spec, 0)).unwrap_err();
-    match &err {
-        AttentionError::ExceedsDeviceLimit { what, needed, limit: l, .. } => {
+    match gpu::GpuError::of(&err) {
+        Some(gpu::GpuError::ExceedsDeviceLimit { what, needed, limit: l, .. }) => {
             assert!(what.contains("score matrix S"), "{err}");
             assert_eq!((*needed, *l), (score_bytes(&spec.shape()), limit));
         }
-        other => panic!("expected ExceedsDeviceLimit, got {other}"),
+        _ => panic!("expected GpuError::ExceedsDeviceLimit, got {err}"),
     }
 }
 

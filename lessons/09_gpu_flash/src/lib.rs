@@ -15,6 +15,7 @@
 //! kernel and the device, compiles the shader for a tile size and head dimension, and launches
 //! it through the course's `gpu` crate.
 
+use gpu::GpuError;
 use gpu::attention::{AttentionBuffers, AttentionKernel};
 use gpu::buffers;
 use gpu::kernel::{Dispatch, bind, check_loop_iterations, compile, launch, workgroup_count};
@@ -70,12 +71,13 @@ impl FlashAttention {
     ) -> Result<Self, AttentionError> {
         check_fits(device, tiles, head_dim)?;
         if !gpu::kernel::bindings_used(source, "flash_forward")?.contains(&6) {
-            return Err(AttentionError::Gpu(
+            return Err(GpuError::KernelMisuse(
                 "flash_forward never writes tiles_loaded (@binding(6)); expected the kernel to \
                  count the tiles each workgroup loads and write the count, as the given code \
                  does (load_tile's first line and the end of flash_forward)"
                     .to_string(),
-            ));
+            )
+            .into());
         }
         let constants = [
             ("BLOCK_Q", tiles.query_rows() as f64),
@@ -124,12 +126,13 @@ fn check_fits(
     let threads =
         limits.max_compute_invocations_per_workgroup.min(limits.max_compute_workgroup_size_x);
     if tiles.query_rows() > threads as usize {
-        return Err(AttentionError::ExceedsDeviceLimit {
+        return Err(GpuError::ExceedsDeviceLimit {
             what: format!("a workgroup of Br = {} threads", tiles.query_rows()),
             needed: tiles.query_rows() as u64,
             limit: u64::from(threads),
             limit_name: "max_compute_invocations_per_workgroup",
-        });
+        }
+        .into());
     }
     let needed = workgroup_bytes(tiles, head_dim);
     let available = limits.max_compute_workgroup_storage_size as usize;
@@ -157,11 +160,12 @@ impl FlashAttention {
     ) -> Result<Dispatch, AttentionError> {
         let shape = &io.shape;
         if shape.head_dim != self.head_dim {
-            return Err(AttentionError::Gpu(format!(
+            return Err(GpuError::KernelMisuse(format!(
                 "this kernel was compiled for head_dim = {}, the problem has head_dim = {}; \
                  expected a kernel built with FlashAttention::new for this head_dim",
                 self.head_dim, shape.head_dim
-            )));
+            ))
+            .into());
         }
         let bind_group = bind(
             device,

@@ -2,6 +2,7 @@
 //! random shapes and random tile sizes. The test bodies are the ones every CPU stage runs
 //! (`testkit::checks`): only the forward function handed to them differs.
 
+use gpu::GpuError;
 use gpu::attention::Prepared;
 use lesson09::{
     FlashAttention, MAX_BLOCK_KV, TileSizes, attention_on, largest_key_tile, workgroup_bytes,
@@ -155,11 +156,11 @@ fn rejects_what_the_kernel_or_the_device_cannot_run() {
     );
     let too_many_threads = device.limits().max_compute_invocations_per_workgroup as usize + 1;
     assert!(matches!(
-        err(tiles(too_many_threads, 8), 8),
-        AttentionError::ExceedsDeviceLimit {
+        GpuError::of(&err(tiles(too_many_threads, 8), 8)),
+        Some(GpuError::ExceedsDeviceLimit {
             limit_name: "max_compute_invocations_per_workgroup",
             ..
-        }
+        })
     ));
 }
 
@@ -171,11 +172,11 @@ fn more_slices_than_one_dispatch_may_launch_is_an_error() {
     let err = run(&on_gpu(lesson09::default_tiles()), &p).unwrap_err();
     assert!(
         matches!(
-            err,
-            AttentionError::ExceedsDeviceLimit {
+            GpuError::of(&err),
+            Some(GpuError::ExceedsDeviceLimit {
                 limit_name: "max_compute_workgroups_per_dimension",
                 ..
-            }
+            })
         ),
         "{err}"
     );

@@ -8,7 +8,8 @@
 //! * [`machine`]: the CPU, its threads, the date, the measured FMA peak.
 //! * [`peer`]: PyTorch timed by a script in the same run, its output parsed once into typed rows.
 //! * [`report`]: tables of typed cells printed as text and written as CSV from the same rows,
-//!   and the one folder figures go to.
+//!   measurements against one variable that give a table and plotted lines, and the one
+//!   folder figures go to.
 //! * [`plot`]: SVG line plots with axes that fit the data.
 //! * [`sweep`]: kernels and peers timed over sequence lengths, and the tables, CSV and plot
 //!   made from the measurements.
@@ -23,7 +24,7 @@ pub mod timing;
 pub use machine::Machine;
 pub use peer::{Peer, PeerError, PeerProblem, PeerReport};
 pub use plot::{Plot, Series};
-pub use report::{Cell, Figures, Table};
+pub use report::{Cell, Figures, Measurements, Table};
 pub use sweep::{Sizes, Sweep};
 pub use timing::{Repeats, Timings, time_cpu};
 

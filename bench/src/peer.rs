@@ -146,6 +146,21 @@ impl Peer {
         Ok(self.run(&[tiny])?.version)
     }
 
+    /// The peer, if it runs (see [`Peer::version`]), after printing its version and `note`;
+    /// otherwise `None`, after printing why not: a benchmark goes on without its peer.
+    pub fn if_it_runs(self, note: &str) -> Option<Self> {
+        match self.version() {
+            Ok(version) => {
+                println!("PyTorch peer: {version}{note}");
+                Some(self)
+            }
+            Err(e) => {
+                println!("PyTorch peer not run: {e}");
+                None
+            }
+        }
+    }
+
     /// Runs the script on `problems` and parses what it printed.
     pub fn run(&self, problems: &[PeerProblem]) -> Result<PeerReport, PeerError> {
         let output = Command::new(&self.python)

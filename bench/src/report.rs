@@ -60,6 +60,61 @@ impl Cell {
     }
 }
 
+/// Numbers measured against one variable (N, a batch size): named columns, each with its places
+/// in the text table, from which the table (text and CSV) and the plotted lines both come.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Measurements {
+    x_name: String,
+    columns: Vec<(String, usize)>,
+    rows: Vec<(usize, Vec<f64>)>,
+}
+
+impl Measurements {
+    /// No rows yet; `columns` are `(name, decimals)`.
+    pub fn new(x_name: &str, columns: &[(&str, usize)]) -> Self {
+        let columns = columns.iter().map(|&(name, places)| (name.to_string(), places)).collect();
+        Self { x_name: x_name.to_string(), columns, rows: Vec::new() }
+    }
+
+    /// Adds the values measured at `x` (NaN where nothing was measured).
+    ///
+    /// # Panics
+    /// If there is not one value per column (a bug in the benchmark, not in its input).
+    pub fn push(&mut self, x: usize, values: &[f64]) {
+        assert_eq!(values.len(), self.columns.len(), "values for {:?}", self.columns);
+        self.rows.push((x, values.to_vec()));
+    }
+
+    /// The `(x, value)` points of one column.
+    ///
+    /// # Panics
+    /// If there is no such column (a bug in the benchmark).
+    pub fn column(&self, name: &str) -> Vec<(f64, f64)> {
+        let i = self.columns.iter().position(|(c, _)| c == name);
+        let i = i.unwrap_or_else(|| panic!("no column {name:?} in {:?}", self.columns));
+        self.rows.iter().map(|(x, values)| (*x as f64, values[i])).collect()
+    }
+
+    /// The measurements as a table: `x` first, then every column.
+    pub fn table(&self) -> Table {
+        let names = self.columns.iter().map(|(name, _)| name.as_str());
+        let mut table =
+            Table::new(&std::iter::once(self.x_name.as_str()).chain(names).collect::<Vec<_>>());
+        for (x, values) in &self.rows {
+            let cells =
+                values.iter().zip(&self.columns).map(|(&v, (_, places))| Cell::number(v, *places));
+            table.push(std::iter::once(Cell::int(*x)).chain(cells).collect());
+        }
+        table
+    }
+
+    /// `plot` with a line for each column named, labelled by the legend at the same place.
+    pub fn plot(&self, plot: Plot, legends: &[&str], columns: &[&str]) -> Plot {
+        let lines = legends.iter().zip(columns);
+        lines.fold(plot, |plot, (legend, column)| plot.line(legend, self.column(column)))
+    }
+}
+
 /// A table: named columns and rows of cells.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Table {
@@ -217,6 +272,7 @@ pub fn log_log_slope(points: &[(f64, f64)]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plot::Scale;
 
     fn table() -> Table {
         let mut t = Table::new(&["kernel", "N", "ms"]);
@@ -262,6 +318,27 @@ mod tests {
         let outside = Figures { dir: PathBuf::from("/tmp/figures") };
         assert_eq!(outside.display(), "/tmp/figures");
         assert!(Figures::from_args(&["--out".into()]).is_err());
+    }
+
+    #[test]
+    fn measurements_give_the_table_and_the_lines_from_the_same_numbers() {
+        let mut m = Measurements::new("n", &[("naive_s", 2), ("flash_s", 1)]);
+        m.push(256, &[0.5, 0.25]);
+        m.push(512, &[f64::NAN, 1.0]);
+        assert_eq!(
+            m.table().to_text(),
+            "n    naive_s  flash_s\n256     0.50      0.2\n512        -      1.0\n"
+        );
+        assert_eq!(m.column("flash_s"), [(256.0, 0.25), (512.0, 1.0)]);
+        let plot =
+            m.plot(Plot::new("t", "x", "y", Scale::Log2, Scale::Log10), &["naive"], &["naive_s"]);
+        assert!(plot.to_svg().unwrap().contains("naive"));
+    }
+
+    #[test]
+    #[should_panic(expected = "values for")]
+    fn measurements_of_the_wrong_width_are_a_bug() {
+        Measurements::new("n", &[("a", 1)]).push(1, &[1.0, 2.0]);
     }
 
     #[test]

@@ -28,6 +28,13 @@ pub fn cpu_forwards() -> Vec<ForwardVersion> {
     .collect()
 }
 
+/// The first CPU forward version `lesson` registers (its main one: lesson 01's naive attention,
+/// lesson 07's parallel FlashAttention), or an error naming the lesson.
+pub fn first_cpu_forward(lesson: &str) -> Result<ForwardVersion, String> {
+    let found = cpu_forwards().into_iter().find(|version| version.about.lesson == lesson);
+    found.ok_or_else(|| format!("no CPU forward version of {lesson} is registered"))
+}
+
 /// Every CPU backward version, in course order.
 pub fn backwards() -> Vec<BackwardVersion> {
     lesson05::versions()

@@ -207,6 +207,25 @@ impl Sweep {
         table
     }
 
+    /// How many times faster `kernel` is than every other kernel and backend (their seconds
+    /// over its seconds; above 1: `kernel` is faster), at every N (rows).
+    pub fn speedup_table(&self, kernel: &str, causal: bool) -> Table {
+        let others: Vec<String> = self.names().into_iter().filter(|n| n != kernel).collect();
+        let columns: Vec<String> = others.iter().map(|n| format!("vs {n}")).collect();
+        let mut table = Table::new(&[&["N".to_string()][..], &columns].concat());
+        let seconds = |name: &str, n: usize| {
+            let m = self.measured.iter().find(|m| m.name == name && m.n == n && m.causal == causal);
+            m.and_then(|m| m.result.as_ref().ok()).map(|(s, _)| *s)
+        };
+        for &n in &self.sizes.seqs {
+            let ours = seconds(kernel, n);
+            let ratio = |other: &String| Some(seconds(other, n)? / ours?);
+            let cells = others.iter().map(|other| Cell::or_missing(ratio(other), 2, "-"));
+            table.push([Cell::int(n)].into_iter().chain(cells).collect());
+        }
+        table
+    }
+
     /// One row per measurement: `n, causal, kernel, seconds, tflops, device_mib`.
     pub fn csv(&self) -> Table {
         let mut table = Table::new(&["n", "causal", "kernel", "seconds", "tflops", "device_mib"]);
@@ -262,6 +281,12 @@ mod tests {
                         8                  2048.00        1024.00\n\
                         16  exceeds a device limit         failed\n";
         assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn speedups_are_the_others_seconds_over_ours() {
+        let text = sweep().speedup_table("k", false).to_text();
+        assert_eq!(text, "N   vs PyTorch flash\n8               2.00\n16                 -\n");
     }
 
     #[test]

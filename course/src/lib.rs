@@ -23,8 +23,8 @@ pub struct Lesson {
     pub title: String,
     /// The SUMMARY.md part it is listed under (`"CPU"`, `"GPU"`).
     pub part: String,
-    /// Its exercise.
-    pub exercise: Exercise,
+    /// Its exercise; `None` while a new lesson has none yet (its chapter says so).
+    pub exercise: Option<Exercise>,
     /// Whether its tests and its exercise need a GPU adapter.
     pub gpu: bool,
 }
@@ -122,6 +122,16 @@ fn lesson(index: usize, entry: &toml::Value) -> Result<Lesson, ManifestError> {
         Some(toml::Value::String(s)) if !s.is_empty() => Ok(s.clone()),
         _ => Err(ManifestError(format!("{place}: `{key}` must be a non-empty string"))),
     };
+    let exercise = match (table.contains_key("exercise"), table.contains_key("topic")) {
+        (true, true) => Some(Exercise { package: text("exercise")?, topic: text("topic")? }),
+        (false, false) => None,
+        _ => {
+            return Err(ManifestError(format!(
+                "{place}: `exercise` and `topic` go together (both, or neither for a lesson \
+                 without an exercise yet)"
+            )));
+        }
+    };
     let gpu = match table.get("gpu") {
         Some(toml::Value::Boolean(b)) => *b,
         _ => return Err(ManifestError(format!("{place}: `gpu` must be true or false"))),
@@ -132,7 +142,7 @@ fn lesson(index: usize, entry: &toml::Value) -> Result<Lesson, ManifestError> {
         package: text("package")?,
         title: text("title")?,
         part: text("part")?,
-        exercise: Exercise { package: text("exercise")?, topic: text("topic")? },
+        exercise,
         gpu,
     })
 }
@@ -167,6 +177,6 @@ mod tests {
             let err = parse(&text).unwrap_err().to_string();
             assert!(err.contains(message), "{text:?}: {err}");
         }
-        assert_eq!(parse(ONE).unwrap()[0].exercise.package, "ex01");
+        assert_eq!(parse(ONE).unwrap()[0].exercise.as_ref().unwrap().package, "ex01");
     }
 }

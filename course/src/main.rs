@@ -13,7 +13,9 @@ fn main() -> ExitCode {
     let lessons = course::lessons();
     let items: Vec<&str> = match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
         ["list", "lessons"] => lessons.iter().map(|l| l.package.as_str()).collect(),
-        ["list", "exercises"] => lessons.iter().map(|l| l.exercise.package.as_str()).collect(),
+        ["list", "exercises"] => {
+            lessons.iter().filter_map(|l| l.exercise.as_ref()).map(|e| e.package.as_str()).collect()
+        }
         _ => {
             eprintln!("usage: cargo run -q -p course -- list lessons|exercises");
             return ExitCode::from(2);

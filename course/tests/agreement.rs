@@ -43,17 +43,15 @@ fn every_lesson_and_exercise_folder_is_a_workspace_member_and_no_other() {
         found.sort();
         found
     };
-    let listed = |folder: fn(&Lesson) -> String| lessons().iter().map(folder).collect::<Vec<_>>();
-    assert_eq!(
-        numbered("lessons/"),
-        listed(Lesson::lesson_folder),
-        "lessons in Cargo.toml vs course.toml"
-    );
-    assert_eq!(
-        numbered("exercises/"),
-        listed(Lesson::exercise_folder),
-        "exercises in Cargo.toml vs course.toml"
-    );
+    let lesson_folders: Vec<String> = lessons().iter().map(Lesson::lesson_folder).collect();
+    assert_eq!(numbered("lessons/"), lesson_folders, "lessons in Cargo.toml vs course.toml");
+    let with_exercise = lessons().into_iter().filter(|l| l.exercise.is_some());
+    let exercise_folders: Vec<String> = with_exercise.map(|l| l.exercise_folder()).collect();
+    assert_eq!(numbered("exercises/"), exercise_folders, "exercises in Cargo.toml vs course.toml");
+    for lesson in lessons().iter().filter(|l| l.exercise.is_none()) {
+        let folder = root().join(lesson.exercise_folder());
+        assert!(!folder.exists(), "{} exists but course.toml lists no exercise", folder.display());
+    }
 }
 
 #[test]
@@ -61,13 +59,14 @@ fn packages_are_named_as_listed_and_exercises_attach_their_hidden_checks() {
     for lesson in lessons() {
         let manifest = toml_of(&format!("{}/Cargo.toml", lesson.lesson_folder()));
         assert_eq!(package_name(&manifest), lesson.package, "{}", lesson.folder);
+        let Some(listed) = &lesson.exercise else { continue };
         let exercise = toml_of(&format!("{}/Cargo.toml", lesson.exercise_folder()));
-        assert_eq!(package_name(&exercise), lesson.exercise.package, "{}", lesson.folder);
+        assert_eq!(package_name(&exercise), listed.package, "{}", lesson.folder);
         let tests = exercise["test"].as_array().expect("[[test]] targets");
         let path_of = |name: &str| {
             tests.iter().find(|t| t["name"].as_str() == Some(name)).and_then(|t| t["path"].as_str())
         };
-        let hidden = format!("../../grader/src/{}/hidden.rs", lesson.exercise.package);
+        let hidden = format!("../../grader/src/{}/hidden.rs", listed.package);
         assert_eq!(
             path_of("hidden"),
             Some(hidden.as_str()),
@@ -112,7 +111,8 @@ fn the_book_lists_every_chapter_in_course_order_under_its_part() {
 fn the_grader_has_the_checks_of_every_exercise() {
     let grader = read("grader/src/lib.rs");
     for lesson in lessons() {
-        let exercise = &lesson.exercise.package;
+        let Some(listed) = &lesson.exercise else { continue };
+        let exercise = &listed.package;
         assert!(
             grader.contains(&format!("pub mod {exercise};")),
             "the grader has no module {exercise}"
@@ -128,8 +128,8 @@ fn the_grader_has_the_checks_of_every_exercise() {
 fn no_script_keeps_its_own_list_of_lessons() {
     for script in ["book/generate.sh", ".ci/run"] {
         let text = read(script);
-        for lesson in lessons() {
-            let exercise = format!("-p {}", lesson.exercise.package);
+        for listed in lessons().iter().filter_map(|l| l.exercise.as_ref()) {
+            let exercise = format!("-p {}", listed.package);
             assert!(!text.contains(&exercise), "{script} names {exercise}: read the manifest");
         }
         assert!(!text.contains(" 01 02 03"), "{script} lists lesson numbers: read the manifest");
@@ -143,11 +143,12 @@ fn gpu_lessons_and_only_they_build_the_gpu_code() {
         let dependencies = manifest["dependencies"].as_table().expect("[dependencies]");
         let uses_gpu = dependencies.contains_key("gpu") || dependencies.contains_key("wgpu");
         assert_eq!(uses_gpu, lesson.gpu, "{}: gpu = {} in course.toml", lesson.package, lesson.gpu);
+        let Some(listed) = &lesson.exercise else { continue };
         let exercise = toml_of(&format!("{}/Cargo.toml", lesson.exercise_folder()));
         let grader = &exercise["dev-dependencies"]["grader"];
         let features =
             grader.get("features").and_then(|f| f.as_array()).cloned().unwrap_or_default();
         let grades_gpu = features.iter().any(|f| f.as_str() == Some("gpu"));
-        assert_eq!(grades_gpu, lesson.gpu, "{}: the grader's gpu feature", lesson.exercise.package);
+        assert_eq!(grades_gpu, lesson.gpu, "{}: the grader's gpu feature", listed.package);
     }
 }

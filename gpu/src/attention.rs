@@ -10,7 +10,7 @@
 use ndarray::{Array3, Array4, s};
 use reference::{
     About, AttentionError, AttentionOptions, AttentionOutput, AttentionShape, CheckedInputs,
-    Forward, check_inputs,
+    Forward, Storage, check_inputs,
 };
 
 use crate::GpuError;
@@ -50,8 +50,10 @@ pub struct Params {
 pub struct AttentionBuffers {
     /// The validated shape.
     pub shape: AttentionShape,
-    /// Floats from one row of Q, K, V or O to the next: `D` rounded up to the alignment.
+    /// Elements from one row of Q, K, V or O to the next: `D` rounded up to the alignment.
     pub row_stride: usize,
+    /// The format of Q, K and V on the device (O and L are f32).
+    pub storage: Storage,
     /// The uniform of sizes and flags.
     pub params: wgpu::Buffer,
     /// `Q [B*H, Nq, D]`
@@ -68,27 +70,43 @@ pub struct AttentionBuffers {
 
 impl AttentionBuffers {
     /// Validates the inputs (the same checks as every CPU stage: shapes, NaN and infinities,
-    /// the scale; plus the device's buffer limits) and uploads them, each row padded to a multiple of `row_alignment` floats.
+    /// the scale; plus the device's buffer limits) and uploads them as `kernel` reads them:
+    /// each row padded to a multiple of its [`row_alignment`](AttentionKernel::row_alignment),
+    /// in its [`storage`](AttentionKernel::storage) format (an input too large for f16 is an
+    /// error, never an infinity).
     pub fn upload(
         device: &wgpu::Device,
+        kernel: &(impl AttentionKernel + ?Sized),
         q: &Array4<f32>,
         k: &Array4<f32>,
         v: &Array4<f32>,
         options: &AttentionOptions,
-        row_alignment: usize,
     ) -> Result<Self, AttentionError> {
         let CheckedInputs { shape, scale, .. } = check_inputs(q, k, v, options)?;
         let params = params_of(&shape, scale, options.causal)?;
-        let row_stride = shape.head_dim.next_multiple_of(row_alignment.max(1));
-        let rows = |x: &Array4<f32>| padded_rows(x, row_stride);
+        let row_stride = shape.head_dim.next_multiple_of(kernel.row_alignment().max(1));
+        let storage = kernel.storage();
+        let upload = |tensor: &'static str, x: &Array4<f32>| {
+            let rows = padded_rows(x, row_stride);
+            match storage {
+                Storage::F32 => buffers::upload(device, tensor, &rows),
+                Storage::F16 => buffers::upload(device, tensor, &f16_bits(tensor, x, &rows)?),
+                Storage::BF16 => Err(GpuError::KernelMisuse(
+                    "the GPU kernels of the course store their inputs in f32 or f16, not bf16"
+                        .to_string(),
+                )
+                .into()),
+            }
+        };
         let slices = shape.batch * shape.heads;
         Ok(Self {
             shape,
             row_stride,
+            storage,
             params: buffers::uniform(device, "params", &params),
-            q: buffers::upload(device, "Q", &rows(q))?,
-            k: buffers::upload(device, "K", &rows(k))?,
-            v: buffers::upload(device, "V", &rows(v))?,
+            q: upload("Q", q)?,
+            k: upload("K", k)?,
+            v: upload("V", v)?,
             o: buffers::storage::<f32>(device, "O", slices * shape.q_len * row_stride)?,
             lse: buffers::storage::<f32>(device, "L", slices * shape.q_len)?,
         })
@@ -128,6 +146,28 @@ fn padded_rows(x: &Array4<f32>, row_stride: usize) -> Vec<f32> {
     padded.into_raw_vec_and_offset().0
 }
 
+/// The f16 bit patterns of `rows` (the padded rows of `x`), or
+/// [`AttentionError::NotRepresentable`] naming the first element of `x` too large for f16.
+fn f16_bits(
+    tensor: &'static str,
+    x: &Array4<f32>,
+    rows: &[f32],
+) -> Result<Vec<u16>, AttentionError> {
+    let too_large = x.indexed_iter().find(|(_, v)| half::f16::from_f32(**v).is_infinite());
+    if let Some(((b, h, n, d), &value)) = too_large {
+        let largest = half::f16::MAX.to_f32();
+        let index = vec![b, h, n, d];
+        return Err(AttentionError::NotRepresentable {
+            tensor,
+            index,
+            value,
+            format: "f16",
+            largest,
+        });
+    }
+    Ok(rows.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect())
+}
+
 /// The uniform for `shape`; an error if a size does not fit the shader's `u32`.
 fn params_of(shape: &AttentionShape, scale: f32, causal: bool) -> Result<Params, AttentionError> {
     let as_u32 = |what: &str, n: usize| {
@@ -153,9 +193,15 @@ fn params_of(shape: &AttentionShape, scale: f32, causal: bool) -> Result<Params,
 /// and `L` (one for FlashAttention, several for the naive three-kernel version, which also
 /// allocates its own `S` buffer).
 pub trait AttentionKernel {
-    /// Rows of Q, K, V and O are padded to a multiple of this many floats (1: no padding).
+    /// Rows of Q, K, V and O are padded to a multiple of this many elements (1: no padding).
     fn row_alignment(&self) -> usize {
         1
+    }
+
+    /// The format the kernel reads Q, K and V in: f32, or f16 for the tensor-core kernels
+    /// (rounded on upload). O and L are f32 either way.
+    fn storage(&self) -> Storage {
+        Storage::F32
     }
 
     /// Bytes of GPU memory the kernel allocates for itself on this problem, beyond the
@@ -191,7 +237,7 @@ impl Prepared {
         v: &Array4<f32>,
         options: &AttentionOptions,
     ) -> Result<Self, AttentionError> {
-        let io = AttentionBuffers::upload(device, q, k, v, options, kernel.row_alignment())?;
+        let io = AttentionBuffers::upload(device, kernel, q, k, v, options)?;
         let dispatches = kernel.dispatches(device, &io)?;
         Ok(Self { io, dispatches })
     }
@@ -240,12 +286,36 @@ pub struct KernelVersion {
     pub about: About,
     /// Compiles the kernel for `device` and head dimension `D`, or says why it cannot.
     pub build: fn(&wgpu::Device, usize) -> Built,
+    /// Device features the kernel cannot run without (tensor cores); empty for most.
+    pub requires: wgpu::Features,
 }
 
 /// What building a kernel gives: the kernel, or why it does not fit the device or head dim.
 pub type Built = Result<Box<dyn AttentionKernel>, AttentionError>;
 
 impl KernelVersion {
+    /// A version that runs on any adapter the course supports (lavapipe included).
+    pub fn new(about: About, build: fn(&wgpu::Device, usize) -> Built) -> Self {
+        Self { about, build, requires: wgpu::Features::empty() }
+    }
+
+    /// The same version, runnable only on devices with `features`.
+    pub fn requiring(self, features: wgpu::Features) -> Self {
+        Self { requires: features, ..self }
+    }
+
+    /// Why this version cannot run on `device` (a feature it requires is missing), or `None`.
+    pub fn missing_on(&self, device: &wgpu::Device) -> Option<GpuError> {
+        let missing = self.requires - device.features();
+        (!missing.is_empty()).then(|| GpuError::MissingFeature {
+            feature: if missing.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
+                "EXPERIMENTAL_COOPERATIVE_MATRIX (tensor cores)"
+            } else {
+                "a feature the kernel requires"
+            },
+            needed_for: self.about.name,
+        })
+    }
     /// This version as a [`Forward`] on `gpu`: inputs validated first (bad input is reported
     /// before any shader is compiled), then the kernel built for their head dimension, and one
     /// upload, run and download.

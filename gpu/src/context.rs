@@ -21,6 +21,26 @@ const OPTIONAL_FEATURES: wgpu::Features = wgpu::Features::SHADER_F16
     .union(wgpu::Features::SUBGROUP)
     .union(wgpu::Features::TIMESTAMP_QUERY);
 
+/// Tensor cores, where the adapter has them: WGSL cooperative matrices (an experimental
+/// feature of wgpu 30), used by lesson 10's tensor-core kernels with 16 x 16 x 16 tiles of f16
+/// inputs and f32 accumulators. Requested only when the adapter offers exactly that shape.
+const TENSOR_CORES: wgpu::Features = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+
+/// Whether `adapter` multiplies 16 x 16 f16 tiles into f32 accumulators on its tensor cores.
+fn has_f16_tensor_cores(adapter: &wgpu::Adapter) -> bool {
+    use wgpu::CooperativeScalarType::{F16, F32};
+    adapter.features().contains(TENSOR_CORES | wgpu::Features::SHADER_F16)
+        && adapter
+            .cooperative_matrix_properties()
+            .iter()
+            .any(|p| (p.m_size, p.n_size, p.k_size, p.ab_type, p.cr_type) == (16, 16, 16, F16, F32))
+}
+
+/// Whether `device` was opened with tensor cores (see [`Gpu::has_tensor_cores`]).
+pub fn has_tensor_cores(device: &wgpu::Device) -> bool {
+    device.features().contains(TENSOR_CORES)
+}
+
 /// An open device: the adapter it came from, the device and its queue.
 pub struct Gpu {
     /// What the adapter says about itself (name, backend, device type, driver).
@@ -56,12 +76,22 @@ impl Gpu {
         let wanted = std::env::var(ADAPTER_VAR).ok().filter(|name| !name.is_empty());
         let adapter = choose_adapter(adapters, wanted.as_deref())?;
         let info = adapter.get_info();
+        let tensor_cores = has_f16_tensor_cores(&adapter);
+        let mut features = adapter.features() & OPTIONAL_FEATURES;
+        let mut experimental = wgpu::ExperimentalFeatures::disabled();
+        if tensor_cores {
+            features |= TENSOR_CORES;
+            // SAFETY: wgpu asks for this token before any EXPERIMENTAL feature: it warns that
+            // such features may still have bugs. Only lesson 10's tensor-core kernels use it,
+            // and their tests run on the GPUs they are measured on.
+            experimental = unsafe { wgpu::ExperimentalFeatures::enabled() };
+        }
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("flash attention course"),
-                required_features: adapter.features() & OPTIONAL_FEATURES,
+                required_features: features,
                 required_limits: adapter.limits(),
-                experimental_features: wgpu::ExperimentalFeatures::disabled(),
+                experimental_features: experimental,
                 memory_hints: wgpu::MemoryHints::Performance,
                 trace: wgpu::Trace::Off,
             })
@@ -71,6 +101,12 @@ impl Gpu {
                 reason: e.to_string(),
             })?;
         Ok(Self { info, device, queue })
+    }
+
+    /// Whether the device was opened with tensor cores (16 x 16 x 16 f16 cooperative matrices
+    /// with f32 accumulators); lavapipe has none.
+    pub fn has_tensor_cores(&self) -> bool {
+        has_tensor_cores(&self.device)
     }
 
     /// One line for tables and logs: `NVIDIA H200 (Vulkan, DiscreteGpu, driver 580.159.04)`.

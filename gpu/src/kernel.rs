@@ -38,14 +38,39 @@ pub fn compile(
     entry: &str,
     constants: &[(&str, f64)],
 ) -> Result<wgpu::ComputePipeline, AttentionError> {
-    type Key = (wgpu::Device, String, String, Vec<(String, u64)>);
+    compile_with_checks(device, label, source, entry, constants, Checks::On)
+}
+
+/// Whether wgpu adds its run-time checks to a shader: every array index clamped to the
+/// array's length, every loop given an iteration bound. They make an out-of-bounds access
+/// harmless, and cost time in a hot loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Checks {
+    /// The default: safe whatever the shader does.
+    On,
+    /// No checks: only for kernels whose every index is proved in range by their tests on
+    /// the sizes they accept (lesson 10's fastest versions). A wrong index then reads or
+    /// writes other memory instead of a clamped element.
+    Off,
+}
+
+/// [`compile`], choosing whether wgpu's run-time checks are added ([`Checks`]).
+pub fn compile_with_checks(
+    device: &wgpu::Device,
+    label: &str,
+    source: &str,
+    entry: &str,
+    constants: &[(&str, f64)],
+    checks: Checks,
+) -> Result<wgpu::ComputePipeline, AttentionError> {
+    type Key = (wgpu::Device, String, String, Vec<(String, u64)>, Checks);
     static PIPELINES: Mutex<BTreeMap<Key, wgpu::ComputePipeline>> = Mutex::new(BTreeMap::new());
     let values = constants.iter().map(|&(name, value)| (name.to_string(), value.to_bits()));
-    let key = (device.clone(), source.to_string(), entry.to_string(), values.collect());
+    let key = (device.clone(), source.to_string(), entry.to_string(), values.collect(), checks);
     if let Some(pipeline) = PIPELINES.lock().expect("not poisoned").get(&key) {
         return Ok(pipeline.clone());
     }
-    let pipeline = compile_uncached(device, label, source, entry, constants)?;
+    let pipeline = compile_uncached(device, label, source, entry, constants, checks)?;
     PIPELINES.lock().expect("not poisoned").insert(key, pipeline.clone());
     Ok(pipeline)
 }
@@ -56,12 +81,25 @@ fn compile_uncached(
     source: &str,
     entry: &str,
     constants: &[(&str, f64)],
+    checks: Checks,
 ) -> Result<wgpu::ComputePipeline, AttentionError> {
     catch_errors(device, &format!("compiling {label}"), || {
-        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        let descriptor = wgpu::ShaderModuleDescriptor {
             label: Some(label),
             source: wgpu::ShaderSource::Wgsl(source.into()),
-        });
+        };
+        let module = match checks {
+            Checks::On => device.create_shader_module(descriptor),
+            // SAFETY: wgpu's contract for a trusted module is that the shader never indexes
+            // out of bounds nor loops forever; `Checks::Off` is documented as only for kernels
+            // whose tests prove that on every size they accept.
+            Checks::Off => unsafe {
+                device.create_shader_module_trusted(
+                    descriptor,
+                    wgpu::ShaderRuntimeChecks::unchecked(),
+                )
+            },
+        };
         device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(label),
             layout: None,

@@ -28,6 +28,6 @@ pub mod kernel;
 mod timer;
 pub mod uniformity;
 
-pub use context::{ADAPTER_VAR, Gpu, SKIP_TESTS_VAR, for_tests};
+pub use context::{ADAPTER_VAR, Gpu, SKIP_TESTS_VAR, for_tests, has_tensor_cores};
 pub use error::GpuError;
 pub use timer::GpuTimer;

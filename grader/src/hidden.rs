@@ -55,9 +55,9 @@ impl fmt::Display for Status {
 /// report, and returns success only if all pass: the `main` of every hidden test binary.
 pub fn main(exercise: &str, checks: Vec<Check>) -> ExitCode {
     let lessons = course::lessons();
-    let lesson = lessons.iter().find(|l| l.exercise.package == exercise);
-    let lesson = lesson.unwrap_or_else(|| panic!("course.toml lists no exercise {exercise}"));
-    run(exercise, &lesson.exercise.topic, checks)
+    let listed = lessons.iter().filter_map(|l| l.exercise.as_ref()).find(|e| e.package == exercise);
+    let listed = listed.unwrap_or_else(|| panic!("course.toml lists no exercise {exercise}"));
+    run(exercise, &listed.topic, checks)
 }
 
 /// Runs `checks` for `exercise` under `title`, prints the report, and returns success only if

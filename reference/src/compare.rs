@@ -141,6 +141,12 @@ impl Tolerance {
     /// As [`Tolerance::F16_STORAGE`], in bf16.
     pub const BF16_STORAGE: Self =
         Self { storage: Format::BF16, output: Format::BF16, ..Self::F32 };
+
+    /// f32 inputs rounded to f16, `P` rounded to f16 before `P V`, sums in f32 and `O` kept
+    /// in f32 (tensor-core FlashAttention that returns f32), against the oracle on the
+    /// unrounded inputs.
+    pub const F16_STORAGE_AND_WEIGHTS: Self =
+        Self { storage: Format::F16, weights: Format::F16, ..Self::F32 };
     // ANCHOR_END: tolerance
 
     /// The error each element of `O` and `L` may carry, by the model in the module docs.

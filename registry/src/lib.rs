@@ -43,19 +43,32 @@ pub fn backwards() -> Vec<BackwardVersion> {
 /// Every GPU kernel version, in course order.
 #[cfg(feature = "gpu")]
 pub fn gpu_kernels() -> Vec<gpu::attention::KernelVersion> {
-    [lesson08::versions(), lesson09::versions()].into_iter().flatten().collect()
+    [lesson08::versions(), lesson09::versions(), lesson10::versions()]
+        .into_iter()
+        .flatten()
+        .collect()
 }
 // ANCHOR_END: registry
 
-/// Every GPU kernel version as a forward function on the process's shared GPU, or the error
-/// that says why there is no adapter (and how to install lavapipe).
+/// Every GPU kernel version the process's shared GPU can run, as a forward function on it
+/// (the tensor-core versions need tensor cores: see [`gpu_kernels_not_runnable`]), or the
+/// error that says why there is no adapter (and how to install lavapipe).
 #[cfg(feature = "gpu")]
 pub fn gpu_forwards() -> Result<Vec<ForwardVersion>, reference::AttentionError> {
     let gpu = gpu::Gpu::shared()?;
     Ok(gpu_kernels()
         .iter()
+        .filter(|kernel| kernel.missing_on(&gpu.device).is_none())
         .map(|kernel| ForwardVersion { about: kernel.about, forward: kernel.forward_on(gpu) })
         .collect())
+}
+
+/// The registered GPU kernel versions `gpu` cannot run, each with the reason (a feature the
+/// adapter lacks), for the programs that run every version to say what they left out.
+#[cfg(feature = "gpu")]
+pub fn gpu_kernels_not_runnable(gpu: &gpu::Gpu) -> Vec<(About, gpu::GpuError)> {
+    let versions = gpu_kernels();
+    versions.iter().filter_map(|v| Some((v.about, v.missing_on(&gpu.device)?))).collect()
 }
 
 /// The cards of every registered version (GPU kernels included with the `gpu` feature), in

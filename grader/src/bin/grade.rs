@@ -25,7 +25,7 @@ use grader::hidden::Status;
 
 /// The exercise packages, in course order, from the course manifest.
 fn exercise_names() -> Vec<String> {
-    course::lessons().into_iter().map(|l| l.exercise.package).collect()
+    course::lessons().into_iter().filter_map(|l| l.exercise).map(|e| e.package).collect()
 }
 
 const USAGE: &str =
@@ -231,7 +231,8 @@ fn save_progress(root: &Path, progress: &BTreeMap<String, (Status, String)>) {
 fn print_progress(progress: &BTreeMap<String, (Status, String)>) {
     println!("progress:");
     for lesson in course::lessons() {
-        let (name, topic) = (&lesson.exercise.package, &lesson.exercise.topic);
+        let Some(exercise) = &lesson.exercise else { continue };
+        let (name, topic) = (&exercise.package, &exercise.topic);
         let (status, score) =
             progress.get(name).cloned().unwrap_or((Status::NotStarted, "-".into()));
         let mark = match status {

@@ -165,5 +165,5 @@ pub fn versions() -> Vec<gpu::attention::KernelVersion> {
         Kind::GpuKernel,
         "lesson 01 on a GPU: S and P in GPU memory, one thread per element or row",
     );
-    vec![KernelVersion { about, build: |device, _| boxed(NaiveAttention::new(device)) }]
+    vec![KernelVersion::new(about, |device, _| boxed(NaiveAttention::new(device)))]
 }

@@ -1,4 +1,4 @@
-//! The GPU benchmark of the course's registered kernels (lessons 08 and 09), in the style of
+//! The GPU benchmark of the course's registered kernels (lessons 08 to 10), in the style of
 //! llm.c's `dev/cuda`: every version is first validated against the f64 oracle, then, at every
 //! size, the first and last 64 query rows of one `(batch, head)` slice are checked against the
 //! oracle before it is timed. Times are GPU time from timestamp queries: three warm-up
@@ -58,7 +58,13 @@ fn main() -> Result<(), String> {
         ProblemSpec::new(1, 2, 200, 333, d).causal(true),
         ProblemSpec::new(2, 1, 333, 77, d).causal(true).logit_scale(30.0),
     ];
-    let versions = registry::gpu_kernels();
+    for (about, why) in registry::gpu_kernels_not_runnable(gpu) {
+        println!("not run on this GPU: {} ({why})", about.name);
+    }
+    let versions: Vec<_> = registry::gpu_kernels()
+        .into_iter()
+        .filter(|v| v.missing_on(&gpu.device).is_none())
+        .collect();
     for version in &versions {
         bench::validate(
             &ForwardVersion { about: version.about, forward: version.forward_on(gpu) },

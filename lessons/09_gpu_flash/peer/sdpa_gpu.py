@@ -8,8 +8,8 @@ Each argument is batch,heads,seq,head_dim,causal. Prints a first line "# torch V
 then CSV: the header batch,heads,seq,head_dim,causal,backend,seconds and one line per argument
 and backend, seconds being the median (nan when the backend cannot run the problem, e.g. out of
 memory). The course's `bench::peer` reads the columns by their names. Backends: math_fp32,
-efficient_fp32 (memory-efficient kernel), flash_fp16 (FlashAttention-2). Exits with status 3 if
-torch or CUDA is missing.
+efficient_fp32 (memory-efficient kernel), flash_fp16 (FlashAttention-2), cudnn_fp16 (cuDNN's
+fused attention). Exits with status 3 if torch or CUDA is missing.
 """
 
 import argparse
@@ -27,6 +27,7 @@ BACKENDS = [
     ("math_fp32", SDPBackend.MATH, torch.float32),
     ("efficient_fp32", SDPBackend.EFFICIENT_ATTENTION, torch.float32),
     ("flash_fp16", SDPBackend.FLASH_ATTENTION, torch.float16),
+    ("cudnn_fp16", SDPBackend.CUDNN_ATTENTION, torch.float16),
 ]
 
 

@@ -273,7 +273,7 @@ pub fn tiles_loaded_with_shader(
 ) -> Result<(AttentionOutput<f32>, Array2<u32>), AttentionError> {
     let CheckedInputs { shape, .. } = check_inputs(q, k, v, options)?;
     let kernel = FlashAttention::from_source(device, source, tiles, shape.head_dim)?;
-    let io = AttentionBuffers::upload(device, q, k, v, options, kernel.row_alignment())?;
+    let io = AttentionBuffers::upload(device, &kernel, q, k, v, options)?;
     let (query_tiles, slices) = kernel.grid(&shape);
     let tiles_loaded = buffers::storage::<u32>(device, "tiles loaded", query_tiles * slices)?;
     launch(device, queue, &[kernel.dispatch(device, &io, &tiles_loaded)?], None)?;
@@ -317,11 +317,10 @@ pub fn versions() -> Vec<gpu::attention::KernelVersion> {
         boxed(FlashAttention::new(device, TileSizes::new(br, bc)?, d))
     }
     vec![
-        KernelVersion {
-            about: first,
-            build: |device, d| boxed(FlashAttention::new(device, default_tiles(), d)),
-        },
-        KernelVersion { about: second, build: |device, d| flash(device, 128, 16, d) },
+        KernelVersion::new(first, |device, d| {
+            boxed(FlashAttention::new(device, default_tiles(), d))
+        }),
+        KernelVersion::new(second, |device, d| flash(device, 128, 16, d)),
     ]
 }
 // ANCHOR_END: versions

@@ -58,9 +58,14 @@ fn main() -> ExitCode {
 
     let mut all_stages = stages();
     match gpu_stages() {
-        Ok(gpu) => {
-            println!("GPU: {}\n", gpu::Gpu::shared().map(|g| g.describe()).unwrap_or_default());
-            all_stages.extend(gpu);
+        Ok(gpu_versions) => {
+            let device = gpu::Gpu::shared().expect("gpu_stages opened it");
+            println!("GPU: {}", device.describe());
+            for (about, why) in registry::gpu_kernels_not_runnable(device) {
+                println!("not run on this GPU: {} ({why})", about.name);
+            }
+            println!();
+            all_stages.extend(gpu_versions);
         }
         Err(e) => println!("GPU stages skipped: {e}\n"),
     }

@@ -1,0 +1,103 @@
+//! Lesson 10's side-by-side benchmark: every lesson-10 version the GPU can run, beside
+//! PyTorch's `scaled_dot_product_attention` (math and memory-efficient in fp32,
+//! FlashAttention-2 and cuDNN in fp16) timed in the same run, at D = 64 and 128, with and
+//! without the causal mask. Each version is validated against the f64 oracle first, and each
+//! output's first and last rows again at every size (`bench::Sweep`). Times are GPU time from
+//! timestamp queries, the median of several launches alternating two input sets.
+//!
+//! ```text
+//! PYTHON=python3 cargo run --release -p lesson10 --example side_by_side            # B=4 H=16
+//! cargo run --release -p lesson10 --example side_by_side -- --quick                 # lavapipe
+//! cargo run --release -p lesson10 --example side_by_side -- --head-dims 64 --seqs 4096,16384
+//! ```
+//!
+//! Writes `lesson10_d64.csv`/`.svg` and `lesson10_d128.csv`/`.svg` to `--out` (default
+//! `book/src/figures`).
+
+use bench::report::in_workspace;
+use bench::{Figures, Machine, Peer, Repeats, Sizes, Sweep};
+use gpu::{Gpu, GpuTimer};
+use reference::{ForwardVersion, ProblemSpec};
+
+fn main() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let list = |flag: &str, default: Vec<usize>| -> Result<Vec<usize>, String> {
+        let Some(i) = args.iter().position(|a| a == flag) else { return Ok(default) };
+        let value = args.get(i + 1).ok_or(format!("{flag} needs a list such as 1024,4096"))?;
+        value
+            .split(',')
+            .map(|x| x.parse().map_err(|_| format!("{flag}: {x:?} is not a number")))
+            .collect()
+    };
+    let head_dims = list("--head-dims", if quick { vec![64] } else { vec![64, 128] })?;
+    let seqs =
+        list("--seqs", if quick { vec![128, 256] } else { (10..=14).map(|e| 1 << e).collect() })?;
+    let repeats = if quick { Repeats::new(1, 3) } else { Repeats::new(3, 10) };
+    let figures = Figures::from_args(&args)?;
+    let gpu = Gpu::shared().map_err(|e| e.to_string())?;
+    let timer = GpuTimer::new(&gpu.device, &gpu.queue).map_err(|e| e.to_string())?;
+    println!("Device: {}; {}", gpu.describe(), Machine::this().date);
+    let versions: Vec<_> = lesson10::versions();
+    for version in &versions {
+        if let Some(why) = version.missing_on(&gpu.device) {
+            println!("not run on this GPU: {} ({why})", version.about.name);
+        }
+    }
+    let versions: Vec<_> =
+        versions.into_iter().filter(|v| v.missing_on(&gpu.device).is_none()).collect();
+    let peer = Peer::new(in_workspace("lessons/09_gpu_flash/peer/sdpa_gpu.py")?);
+
+    for head_dim in head_dims {
+        let (batch, heads) = if quick { (1, 2) } else { (4, 16) };
+        let sizes = Sizes { batch, heads, head_dim, seqs: seqs.clone(), repeats };
+        // 1. Every version against the f64 oracle before anything is timed.
+        let specs = [
+            ProblemSpec::new(1, 2, 333, 333, head_dim),
+            ProblemSpec::new(1, 2, 200, 333, head_dim).causal(true),
+            ProblemSpec::new(2, 1, 333, 77, head_dim).causal(true).logit_scale(30.0),
+        ];
+        for version in &versions {
+            let forward = ForwardVersion { about: version.about, forward: version.forward_on(gpu) };
+            bench::validate(&forward, &specs)?;
+        }
+        // 2. Every version at every size, then PyTorch's backends on the same problems.
+        let mut built = Vec::new();
+        for version in &versions {
+            built.push((
+                version.about,
+                (version.build)(&gpu.device, head_dim).map_err(|e| e.to_string())?,
+            ));
+        }
+        let kernels: Vec<_> =
+            built.iter().map(|(about, kernel)| (*about, kernel.as_ref())).collect();
+        let mut sweep = Sweep::new(sizes);
+        sweep.time_kernels(gpu, &timer, &kernels);
+        let peer = peer.clone().option("repeats", sweep.sizes.repeats.timed);
+        match peer.run(&sweep.sizes.peer_problems()) {
+            Ok(report) => {
+                println!("\nPyTorch peer: {}", report.version);
+                sweep.add_peer(&report);
+            }
+            Err(e) => println!("\nPyTorch peer not run: {e}"),
+        }
+        // 3. Tables, CSV and SVG from the measurements.
+        let Sizes { batch, heads, .. } = sweep.sizes;
+        println!(
+            "\nB={batch} H={heads} D={head_dim}; every version validated against the f64 oracle"
+        );
+        let best = versions.last().map(|v| v.about.name).unwrap_or_default();
+        for causal in [false, true] {
+            let mask = if causal { "causal" } else { "not causal" };
+            println!("\nD={head_dim}, {mask}: TFLOP/s\n{}", sweep.tflops_table(causal).to_text());
+            println!("{best}, times faster than\n{}", sweep.speedup_table(best, causal).to_text());
+        }
+        let stem = format!("lesson10_d{head_dim}{}", if quick { "_quick" } else { "" });
+        let title =
+            format!("Attention forward on {} (B={batch}, H={heads}, D={head_dim})", gpu.info.name);
+        figures.write_csv(&stem, &sweep.csv())?;
+        figures.write_svg(&stem, &sweep.tflops_plot(&title))?;
+        println!("wrote {stem}.csv and .svg to {}", figures.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,202 @@
+//! Lesson 10's versions against the f64 oracle and the shared contract, on the test device
+//! (lavapipe in CI; the tensor-core versions only where the device has tensor cores). The
+//! bodies are the shared ones of `testkit::checks`; only the forward function differs.
+
+use gpu::attention::{KernelVersion, Prepared, attention_on};
+use lesson10::{Kernel, RegisterTiles};
+use ndarray::Array4;
+use proptest::prelude::*;
+use reference::{AttentionOptions, Forward, Problem, ProblemSpec, check_output, oracle};
+use testkit::checks::{
+    check_against_oracle, check_heads_independent, check_rejects_bad_inputs,
+    check_rejects_non_finite_inputs, check_rejects_overflowing_logits, run,
+};
+use testkit::strategies::{Case, ShapeLimits, cases, config};
+
+/// Every version of the lesson that the test device can run, with a note on stderr for each
+/// one it cannot (the tensor-core versions on lavapipe).
+fn runnable() -> Vec<KernelVersion> {
+    let Some(gpu) = gpu::for_tests() else { return Vec::new() };
+    let (runs, cannot): (Vec<_>, Vec<_>) =
+        lesson10::versions().into_iter().partition(|v| v.missing_on(&gpu.device).is_none());
+    for version in cannot {
+        eprintln!("not run here: {}", version.missing_on(&gpu.device).expect("partitioned"));
+    }
+    runs
+}
+
+/// Version 1 with given tiles, on the test device.
+fn with_tiles(tiles: RegisterTiles) -> impl Forward {
+    let gpu = gpu::for_tests().expect("checked by the test before");
+    move |q: &Array4<f32>, k: &Array4<f32>, v: &Array4<f32>, o: &AttentionOptions| {
+        let kernel = Kernel::register_tiles_with(&gpu.device, q.dim().3, tiles)?;
+        attention_on(&gpu.device, &gpu.queue, &kernel, q, k, v, o)
+    }
+}
+
+/// Tiles version 1 accepts on the test device at this head dim: `row_groups` in 1..=16 and
+/// 2 or 4 keys per thread, shrunk until they fit.
+fn tiles_for(case: &Case, row_groups: usize, four_keys: bool) -> RegisterTiles {
+    let gpu = gpu::for_tests().expect("checked by the test before");
+    let available = gpu.device.limits().max_compute_workgroup_storage_size as usize;
+    let mut tiles = RegisterTiles { row_groups, keys_per_thread: if four_keys { 4 } else { 2 } };
+    while tiles.workgroup_bytes(case.spec.head_dim) > available && tiles.row_groups > 1 {
+        tiles.row_groups /= 2;
+    }
+    if tiles.workgroup_bytes(case.spec.head_dim) > available {
+        tiles.keys_per_thread = 2;
+    }
+    tiles
+}
+
+proptest! {
+    #![proptest_config(config(32))]
+
+    #[test]
+    fn every_version_matches_the_oracle(case in cases(ShapeLimits::GPU)) {
+        let Some(gpu) = gpu::for_tests() else { return Ok(()) };
+        for version in runnable() {
+            let fail = |e: String| TestCaseError::fail(format!("{}: {e}", version.about.name));
+            let forward = version.forward_on(gpu);
+            check_against_oracle(&forward, &case, version.about.tolerance).map_err(fail)?;
+        }
+    }
+
+    #[test]
+    fn register_tiles_match_the_oracle_for_any_tile_size(
+        case in cases(ShapeLimits::GPU), row_groups in prop_oneof![Just(1usize), Just(2), Just(4), Just(8), Just(16)], four_keys: bool,
+    ) {
+        if gpu::for_tests().is_none() { return Ok(()); }
+        let tiles = tiles_for(&case, row_groups, four_keys);
+        let tolerance = lesson10::versions()[0].about.tolerance;
+        check_against_oracle(&with_tiles(tiles), &case, tolerance)
+            .map_err(|e| TestCaseError::fail(format!("{tiles:?}: {e}")))?;
+        check_heads_independent(&with_tiles(tiles), &case).map_err(TestCaseError::fail)?;
+    }
+}
+
+/// The head dimensions FlashAttention-2 supports, with tails of both tiles and the causal
+/// mask with `Nq != Nkv` (rows that see no key when `Nq > Nkv`), every run.
+#[test]
+fn head_dims_64_128_256_tails_and_causal_offsets() {
+    let Some(gpu) = gpu::for_tests() else { return };
+    for version in runnable() {
+        let forward = version.forward_on(gpu);
+        for head_dim in [64, 128, 256] {
+            for (q_len, kv_len) in [(65, 33), (33, 65), (1, 97), (97, 1), (64, 64)] {
+                for causal in [false, true] {
+                    let spec = ProblemSpec::new(1, 2, q_len, kv_len, head_dim).causal(causal);
+                    let case = Case { spec, seed: 3 };
+                    check_against_oracle(&forward, &case, version.about.tolerance)
+                        .unwrap_or_else(|e| panic!("{}, {case:?}: {e}", version.about.name));
+                }
+            }
+        }
+    }
+}
+
+/// Keys whose scores grow along the sequence, so that every tile raises every row's max:
+/// the online-softmax rescale runs on every tile (random inputs rarely exercise it).
+#[test]
+fn scores_that_grow_along_the_keys() {
+    let Some(gpu) = gpu::for_tests() else { return };
+    let spec = ProblemSpec::new(1, 2, 40, 200, 64);
+    let mut p = Problem::random(&spec, 5);
+    p.q.fill(0.05);
+    for ((_, _, key, _), x) in p.k.indexed_iter_mut() {
+        *x = 0.02 * key as f32;
+    }
+    let expected = oracle::expected(&p.q, &p.k, &p.v, &p.options).unwrap();
+    for version in runnable() {
+        let out = run(&version.forward_on(gpu), &p).unwrap();
+        check_output(&out, &expected, version.about.tolerance)
+            .unwrap_or_else(|e| panic!("{}: {e}", version.about.name));
+    }
+}
+
+/// With Q = 0 every score is 0 and every weight equal: O is the mean of the values each row
+/// sees. Separates the softmax and P V from the scores.
+#[test]
+fn zero_queries_average_the_values() {
+    let Some(gpu) = gpu::for_tests() else { return };
+    let mut p = Problem::random(&ProblemSpec::new(1, 1, 70, 90, 64), 9);
+    p.q.fill(0.0);
+    let expected = oracle::expected(&p.q, &p.k, &p.v, &p.options).unwrap();
+    for version in runnable() {
+        let out = run(&version.forward_on(gpu), &p).unwrap();
+        check_output(&out, &expected, version.about.tolerance)
+            .unwrap_or_else(|e| panic!("{}: {e}", version.about.name));
+    }
+}
+
+/// The same inputs twice give the same bits: a race between threads (a missing barrier)
+/// shows up as results that differ from run to run.
+#[test]
+fn two_runs_give_identical_bits() {
+    let Some(gpu) = gpu::for_tests() else { return };
+    let (device, queue) = (&gpu.device, &gpu.queue);
+    let p = Problem::random(&ProblemSpec::new(2, 2, 150, 170, 64).causal(true), 17);
+    for version in runnable() {
+        let kernel = (version.build)(device, 64).unwrap();
+        let prepared =
+            Prepared::new(device, kernel.as_ref(), &p.q, &p.k, &p.v, &p.options).unwrap();
+        let mut outputs = Vec::new();
+        for _ in 0..3 {
+            prepared.run(device, queue, None).unwrap();
+            outputs.push(prepared.read_output(device, queue).unwrap());
+        }
+        assert!(outputs.iter().all(|o| *o == outputs[0]), "{}: runs differ", version.about.name);
+    }
+}
+
+#[test]
+fn every_version_rejects_bad_input() {
+    let Some(gpu) = gpu::for_tests() else { return };
+    for version in runnable() {
+        let forward = version.forward_on(gpu);
+        check_rejects_bad_inputs(&forward).unwrap();
+        check_rejects_non_finite_inputs(&forward).unwrap();
+        check_rejects_overflowing_logits(&forward).unwrap();
+    }
+}
+
+#[test]
+fn what_a_kernel_cannot_run_is_an_error() {
+    let Some(gpu) = gpu::for_tests() else { return };
+    let device = &gpu.device;
+    let err = Kernel::register_tiles(device, 257).err().expect("D = 257 is refused");
+    assert_eq!(err, reference::AttentionError::UnsupportedHeadDim { head_dim: 257, max: 256 });
+    let huge = RegisterTiles { row_groups: 64, keys_per_thread: 4 };
+    let err = Kernel::register_tiles_with(device, 256, huge).err().expect("too large");
+    assert!(matches!(err, reference::AttentionError::TilesDoNotFit { .. }), "{err}");
+    let kernel = Kernel::register_tiles(device, 32).unwrap();
+    let p = Problem::random(&ProblemSpec::new(1, 1, 3, 3, 16), 0);
+    let err = attention_on(device, &gpu.queue, &kernel, &p.q, &p.k, &p.v, &p.options).unwrap_err();
+    assert!(err.to_string().contains("compiled for head_dim = 32"), "{err}");
+}
+
+/// Lavapipe silently cuts off a shader invocation after 65535 loop iterations. The host's
+/// count is an upper bound: at the largest `Nkv` it allows the answer is right, one more key
+/// is refused.
+#[test]
+fn lavapipe_loop_limit_is_refused_not_silently_wrong() {
+    let Some(gpu) = gpu::for_tests() else { return };
+    if !gpu.info.name.contains("llvmpipe") {
+        return; // real GPUs have no such limit
+    }
+    let tiles = RegisterTiles { row_groups: 1, keys_per_thread: 2 };
+    let limit = gpu::kernel::LAVAPIPE_LOOP_LIMIT;
+    let fits =
+        |n: usize| tiles.loop_iterations(&ProblemSpec::new(1, 1, 1, n, 128).shape()) <= limit;
+    let largest = (1..100_000).take_while(|&n| fits(n)).last().unwrap();
+    let at_limit = Case { spec: ProblemSpec::new(1, 1, 1, largest, 128), seed: 1 };
+    check_against_oracle(&with_tiles(tiles), &at_limit, reference::Tolerance::F32).unwrap();
+    let beyond = ProblemSpec::new(1, 1, 1, largest + 1, 128);
+    let err = run(&with_tiles(tiles), &Problem::random(&beyond, 1)).unwrap_err();
+    assert!(err.to_string().contains("LP_MAX_TGSI_LOOP_ITERATIONS"), "{err}");
+}
+
+#[test]
+fn every_barrier_is_in_uniform_control_flow() {
+    gpu::uniformity::check_barriers(lesson10::V1_REGISTER_TILES).unwrap();
+}

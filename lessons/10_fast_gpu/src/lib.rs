@@ -171,6 +171,14 @@ impl Tiles {
     }
 }
 
+/// The head dimensions every version supports: at most [`MAX_HEAD_DIM`].
+fn check_head_dim(head_dim: usize) -> Result<(), AttentionError> {
+    if head_dim > MAX_HEAD_DIM {
+        return Err(AttentionError::UnsupportedHeadDim { head_dim, max: MAX_HEAD_DIM });
+    }
+    Ok(())
+}
+
 /// One compiled version: its pipeline, the head dimension and tiles it was compiled for, and
 /// the format it reads Q, K and V in.
 pub struct Kernel {
@@ -193,9 +201,7 @@ impl Kernel {
         head_dim: usize,
         tiles: RegisterTiles,
     ) -> Result<Self, AttentionError> {
-        if head_dim > MAX_HEAD_DIM {
-            return Err(AttentionError::UnsupportedHeadDim { head_dim, max: MAX_HEAD_DIM });
-        }
+        check_head_dim(head_dim)?;
         let available = device.limits().max_compute_workgroup_storage_size as usize;
         let needed = tiles.workgroup_bytes(head_dim);
         if needed > available {
@@ -221,9 +227,7 @@ impl Kernel {
         head_dim: usize,
         checks: Checks,
     ) -> Result<Self, AttentionError> {
-        if head_dim > MAX_HEAD_DIM {
-            return Err(AttentionError::UnsupportedHeadDim { head_dim, max: MAX_HEAD_DIM });
-        }
+        check_head_dim(head_dim)?;
         if !gpu::has_tensor_cores(device) {
             let feature = "EXPERIMENTAL_COOPERATIVE_MATRIX (tensor cores)";
             return Err(GpuError::MissingFeature { feature, needed_for: "v2 tensor cores" }.into());

@@ -95,6 +95,16 @@ fn head_dims_64_128_256_tails_and_causal_offsets() {
     }
 }
 
+/// Every runnable version on one hand-made problem, against the oracle.
+fn every_version_matches_the_oracle_on(gpu: &'static gpu::Gpu, p: &Problem) {
+    let expected = oracle::expected(&p.q, &p.k, &p.v, &p.options).unwrap();
+    for version in runnable() {
+        let out = run(&version.forward_on(gpu), p).unwrap();
+        check_output(&out, &expected, version.about.tolerance)
+            .unwrap_or_else(|e| panic!("{}: {e}", version.about.name));
+    }
+}
+
 /// Keys whose scores grow along the sequence, so that every tile raises every row's max:
 /// the online-softmax rescale runs on every tile (random inputs rarely exercise it).
 #[test]
@@ -106,12 +116,7 @@ fn scores_that_grow_along_the_keys() {
     for ((_, _, key, _), x) in p.k.indexed_iter_mut() {
         *x = 0.02 * key as f32;
     }
-    let expected = oracle::expected(&p.q, &p.k, &p.v, &p.options).unwrap();
-    for version in runnable() {
-        let out = run(&version.forward_on(gpu), &p).unwrap();
-        check_output(&out, &expected, version.about.tolerance)
-            .unwrap_or_else(|e| panic!("{}: {e}", version.about.name));
-    }
+    every_version_matches_the_oracle_on(gpu, &p);
 }
 
 /// With Q = 0 every score is 0 and every weight equal: O is the mean of the values each row
@@ -121,12 +126,7 @@ fn zero_queries_average_the_values() {
     let Some(gpu) = gpu::for_tests() else { return };
     let mut p = Problem::random(&ProblemSpec::new(1, 1, 70, 90, 64), 9);
     p.q.fill(0.0);
-    let expected = oracle::expected(&p.q, &p.k, &p.v, &p.options).unwrap();
-    for version in runnable() {
-        let out = run(&version.forward_on(gpu), &p).unwrap();
-        check_output(&out, &expected, version.about.tolerance)
-            .unwrap_or_else(|e| panic!("{}: {e}", version.about.name));
-    }
+    every_version_matches_the_oracle_on(gpu, &p);
 }
 
 /// The same inputs twice give the same bits: a race between threads (a missing barrier)

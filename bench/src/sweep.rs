@@ -102,7 +102,8 @@ impl Sweep {
     /// output's first and last rows checked against the oracle first; a failure is printed as
     /// it happens. At each size the kernels take turns, as they did in the runs this was
     /// written from: a kernel timed right after the GPU sat idle (a previous kernel refusing a
-    /// size) otherwise meets a GPU still lowering its clocks.
+    /// size) otherwise meets a GPU still lowering its clocks. The two input sets of a size are
+    /// made and uploaded once for all the kernels that read them in the same format.
     #[cfg(feature = "gpu")]
     pub fn time_kernels(
         &mut self,
@@ -110,11 +111,22 @@ impl Sweep {
         timer: &gpu::GpuTimer,
         kernels: &[(reference::About, &dyn gpu::attention::AttentionKernel)],
     ) {
+        use reference::Problem;
         for causal in [false, true] {
             for n in self.sizes.seqs.clone() {
+                let problems =
+                    [1, 2].map(|seed| Problem::random(&self.sizes.spec(n, causal), seed));
+                let mut uploads = Vec::new();
                 for &(about, kernel) in kernels {
                     let name = about.name;
-                    let result = self.time_once(gpu, timer, kernel, about.tolerance, n, causal);
+                    let result = self.time_once(
+                        gpu,
+                        timer,
+                        kernel,
+                        about.tolerance,
+                        &problems,
+                        &mut uploads,
+                    );
                     if let Err(Missing::Failed(why)) = &result {
                         eprintln!("{name}, N={n}, causal={causal}: {why}");
                     }
@@ -124,7 +136,8 @@ impl Sweep {
         }
     }
 
-    /// Median GPU seconds and MiB of GPU buffers of `kernel` at one size.
+    /// Median GPU seconds and MiB of GPU buffers of `kernel` on `problems`, reusing an upload
+    /// of them in `uploads` that the kernel can read, or adding one.
     #[cfg(feature = "gpu")]
     fn time_once(
         &self,
@@ -132,17 +145,29 @@ impl Sweep {
         timer: &gpu::GpuTimer,
         kernel: &dyn gpu::attention::AttentionKernel,
         tolerance: reference::Tolerance,
-        n: usize,
-        causal: bool,
+        problems: &[reference::Problem; 2],
+        uploads: &mut Vec<[gpu::attention::AttentionBuffers; 2]>,
     ) -> Result<(f64, f64), Missing> {
-        use gpu::attention::Prepared;
-        use reference::Problem;
-        let problems = [1, 2].map(|seed| Problem::random(&self.sizes.spec(n, causal), seed));
+        use gpu::attention::{AttentionBuffers, Prepared};
         let (device, queue) = (&gpu.device, &gpu.queue);
-        let prepared = problems
-            .iter()
-            .map(|p| Prepared::new(device, kernel, &p.q, &p.k, &p.v, &p.options))
-            .collect::<Result<Vec<_>, _>>()?;
+        let reuse = |io: &[AttentionBuffers; 2]| -> Option<Vec<Prepared>> {
+            io.iter().map(|io| Prepared::reusing(device, kernel, io).ok()).collect()
+        };
+        let prepared = match uploads.iter().find_map(reuse) {
+            Some(prepared) => prepared,
+            None => {
+                let upload = |p: &reference::Problem| {
+                    AttentionBuffers::upload(device, kernel, &p.q, &p.k, &p.v, &p.options)
+                };
+                let io = [upload(&problems[0])?, upload(&problems[1])?];
+                let prepared = io
+                    .iter()
+                    .map(|io| Prepared::reusing(device, kernel, io))
+                    .collect::<Result<Vec<_>, _>>()?;
+                uploads.push(io);
+                prepared
+            }
+        };
         prepared[0].run(device, queue, None)?;
         let out = prepared[0].read_output(device, queue)?;
         crate::validate_rows(&out, &problems[0], tolerance).map_err(Missing::Failed)?;

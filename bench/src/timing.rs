@@ -86,10 +86,21 @@ pub fn time_cpu<I, R>(inputs: &[I], repeats: Repeats, mut run: impl FnMut(&I) ->
 }
 // ANCHOR_END: time_cpu
 
+/// The shortest GPU time of one timed sample: shorter launches are repeated back to back.
+pub const SAMPLE_SECONDS: f64 = 0.005;
+
+/// The least GPU time spent warming up before anything is timed.
+pub const WARM_UP_SECONDS: f64 = 0.2;
+
 // ANCHOR: time_gpu
 /// GPU times of prepared kernels from timestamp queries (the time the GPU spent in the
-/// compute pass, not the host's wait): `repeats.warmups` untimed launches, then
-/// `repeats.timed` timed ones, taking the prepared input sets in turn.
+/// compute pass, not the host's wait): `repeats.warmups` untimed launches (more if they take
+/// under [`WARM_UP_SECONDS`] together), then
+/// `repeats.timed` timed samples, taking the prepared input sets in turn. A sample is one
+/// launch, or on a problem that takes under [`SAMPLE_SECONDS`] several launches back to back
+/// in one pass (their mean): a GPU left idle between launches lowers its clock within a
+/// millisecond, and a short kernel timed alone then measures the idle clock (seen on an H100:
+/// the same kernel at N = 4096 timed 3x slower alone than back to back).
 #[cfg(feature = "gpu")]
 pub fn time_gpu(
     gpu: &gpu::Gpu,
@@ -105,13 +116,25 @@ pub fn time_gpu(
     }
     let (device, queue) = (&gpu.device, &gpu.queue);
     let mut turns = prepared.iter().cycle();
-    for run in turns.by_ref().take(repeats.warmups) {
-        run.run(device, queue, None)?;
+    let no_time = || GpuError::Lost("a timed launch returned no time".into());
+    // Warm-ups: at least the number asked for, and as many more as keep the GPU busy for
+    // WARM_UP_SECONDS (its clock rises under load over tens of milliseconds).
+    let (mut warmed, mut busy, mut last) = (0, 0.0, f64::INFINITY);
+    while warmed < repeats.warmups || (busy < WARM_UP_SECONDS && warmed < 1000) {
+        let run = turns.next().expect("cycling over a non-empty list");
+        last = run.run(device, queue, Some(timer))?.ok_or_else(no_time)?;
+        (warmed, busy) = (warmed + 1, busy + last);
     }
+    let once = if last.is_finite() {
+        last
+    } else {
+        prepared[0].run(device, queue, Some(timer))?.ok_or_else(no_time)?
+    };
+    let launches = (SAMPLE_SECONDS / once.max(1e-9)).ceil().clamp(1.0, 100.0) as usize;
     let mut seconds = Vec::with_capacity(repeats.timed);
     for run in turns.take(repeats.timed) {
-        let time = run.run(device, queue, Some(timer))?;
-        seconds.push(time.ok_or(GpuError::Lost("a timed launch returned no time".into()))?);
+        let time = run.run_repeated(device, queue, Some(timer), launches)?.ok_or_else(no_time)?;
+        seconds.push(time / launches as f64);
     }
     Timings::from_seconds(seconds).ok_or_else(|| {
         GpuError::Lost("the GPU timer returned a time that is not finite".into()).into()

@@ -15,7 +15,7 @@ use reference::{
 
 use crate::GpuError;
 use crate::buffers;
-use crate::kernel::{Dispatch, launch};
+use crate::kernel::{Dispatch, launch, launch_repeated};
 
 // ANCHOR: params
 /// The sizes and flags of one call, as the uniform `params` of every attention shader:
@@ -46,7 +46,9 @@ pub struct Params {
 }
 // ANCHOR_END: params
 
-/// Q, K, V, O, L and the params uniform of one call, on the device.
+/// Q, K, V, O, L and the params uniform of one call, on the device. A clone shares the same
+/// buffers.
+#[derive(Clone)]
 pub struct AttentionBuffers {
     /// The validated shape.
     pub shape: AttentionShape,
@@ -242,6 +244,30 @@ impl Prepared {
         Ok(Self { io, dispatches })
     }
 
+    /// Binds `kernel`'s dispatches to buffers already uploaded (for another kernel that reads
+    /// them in the same format and row stride): a benchmark uploads a large problem once for
+    /// every kernel it times.
+    pub fn reusing(
+        device: &wgpu::Device,
+        kernel: &(impl AttentionKernel + ?Sized),
+        io: &AttentionBuffers,
+    ) -> Result<Self, AttentionError> {
+        let alignment = kernel.row_alignment().max(1);
+        if kernel.storage() != io.storage || io.row_stride % alignment != 0 {
+            return Err(GpuError::KernelMisuse(format!(
+                "buffers uploaded as {:?} with rows of {} cannot be reused by a kernel that reads \
+                 {:?} with rows aligned to {alignment}; expected the same format and a row \
+                 stride it divides",
+                io.storage,
+                io.row_stride,
+                kernel.storage()
+            ))
+            .into());
+        }
+        let dispatches = kernel.dispatches(device, io)?;
+        Ok(Self { io: io.clone(), dispatches })
+    }
+
     /// Runs the dispatches once and waits for the GPU; with a `timer`, returns the GPU time.
     pub fn run(
         &self,
@@ -250,6 +276,18 @@ impl Prepared {
         timer: Option<&crate::GpuTimer>,
     ) -> Result<Option<f64>, AttentionError> {
         launch(device, queue, &self.dispatches, timer)
+    }
+
+    /// Runs the dispatches `times` times back to back in one pass and waits; with a `timer`,
+    /// returns the GPU time of all of them.
+    pub fn run_repeated(
+        &self,
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+        timer: Option<&crate::GpuTimer>,
+        times: usize,
+    ) -> Result<Option<f64>, AttentionError> {
+        launch_repeated(device, queue, &self.dispatches, timer, times)
     }
 
     /// Downloads `O` and `L` as the last run left them.

@@ -114,6 +114,63 @@ fn compile_uncached(
     })
 }
 
+/// The SPIR-V that wgpu's translator (naga) makes of entry point `entry` of a WGSL `source`
+/// for a Vulkan 1.3 device, with `overrides` set and run-time checks as `checks` says (the
+/// options wgpu uses). For checks without a GPU (every shader must translate, not only
+/// validate: naga's writer has failed on shaders its validator accepted) and for handing a
+/// kernel to the driver directly (lesson 10's `shader_stats` example).
+pub fn spirv(
+    source: &str,
+    entry: &str,
+    overrides: &[(&str, f64)],
+    checks: Checks,
+) -> Result<Vec<u32>, AttentionError> {
+    use naga::back::spv;
+    use naga::proc::{BoundsCheckPolicies, BoundsCheckPolicy};
+    let shader_error = |what: &str, e: String| GpuError::Shader(format!("{what}: {e}"));
+    let module = naga::front::wgsl::parse_str(source)
+        .map_err(|e| shader_error("the shader does not parse", e.emit_to_string(source)))?;
+    let flags = naga::valid::ValidationFlags::all();
+    let info = naga::valid::Validator::new(flags, naga::valid::Capabilities::all())
+        .validate(&module)
+        .map_err(|e| shader_error("the shader is not valid", e.emit_to_string(source)))?;
+    let stage = module
+        .entry_points
+        .iter()
+        .find(|e| e.name == entry)
+        .ok_or_else(|| GpuError::Shader(format!("the shader has no entry point `{entry}`")))?
+        .stage;
+    let constants = overrides.iter().map(|&(name, value)| (name.to_string(), value)).collect();
+    let (module, info) = naga::back::pipeline_constants::process_overrides(
+        &module,
+        &info,
+        Some((stage, entry)),
+        &constants,
+    )
+    .map_err(|e| shader_error("its overrides", e.to_string()))?;
+    let checked = checks == Checks::On;
+    let index = if checked { BoundsCheckPolicy::Restrict } else { BoundsCheckPolicy::Unchecked };
+    let options = spv::Options {
+        lang_version: (1, 6),
+        flags: spv::WriterFlags::empty(),
+        // The shader's own group and binding numbers, as wgpu's pipeline layout has them.
+        fake_missing_bindings: true,
+        bounds_check_policies: BoundsCheckPolicies {
+            index,
+            buffer: BoundsCheckPolicy::Unchecked,
+            image_load: BoundsCheckPolicy::Unchecked,
+            binding_array: BoundsCheckPolicy::Unchecked,
+        },
+        zero_initialize_workgroup_memory: spv::ZeroInitializeWorkgroupMemoryMode::None,
+        force_loop_bounding: checked,
+        emit_int_div_checks: checked,
+        ..Default::default()
+    };
+    let pipeline = spv::PipelineOptions { shader_stage: stage, entry_point: entry.to_string() };
+    spv::write_vec(&module, &info, &options, Some(&pipeline))
+        .map_err(|e| shader_error("naga's SPIR-V writer failed", e.to_string()).into())
+}
+
 /// The `@binding` numbers of group 0 that entry point `entry` of the WGSL `source` uses. A
 /// binding the shader declares but never touches is left out of the layout the pipeline gets,
 /// so binding a buffer to it fails: callers that need a binding check for it here and say so.
@@ -228,6 +285,19 @@ pub fn launch(
     dispatches: &[Dispatch],
     timer: Option<&crate::GpuTimer>,
 ) -> Result<Option<f64>, AttentionError> {
+    launch_repeated(device, queue, dispatches, timer, 1)
+}
+
+/// [`launch`], with the dispatches recorded `times` times back to back in the one pass: the
+/// GPU time of the pass is then that of `times` runs with no idle gap between them (a
+/// benchmark's way to keep the GPU at its working clock on short problems).
+pub fn launch_repeated(
+    device: &wgpu::Device,
+    queue: &wgpu::Queue,
+    dispatches: &[Dispatch],
+    timer: Option<&crate::GpuTimer>,
+    times: usize,
+) -> Result<Option<f64>, AttentionError> {
     for d in dispatches {
         check_workgroups(device, d.label, d.workgroups)?;
     }
@@ -238,7 +308,7 @@ pub fn launch(
                 label: Some("attention"),
                 timestamp_writes: timer.map(crate::GpuTimer::pass_writes),
             });
-            for d in dispatches {
+            for d in std::iter::repeat_n(dispatches, times).flatten() {
                 pass.set_pipeline(&d.pipeline);
                 pass.set_bind_group(0, &d.bind_group, &[]);
                 let [x, y, z] = d.workgroups;

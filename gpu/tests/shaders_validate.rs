@@ -208,25 +208,8 @@ fn every_wgsl_file_translates_to_spirv() {
 
 fn spirv(source: &str) -> Result<(), String> {
     let module = naga::front::wgsl::parse_str(source).map_err(|e| e.to_string())?;
-    let flags = naga::valid::ValidationFlags::all();
-    let info = naga::valid::Validator::new(flags, naga::valid::Capabilities::all())
-        .validate(&module)
-        .map_err(|e| e.to_string())?;
     for entry in &module.entry_points {
-        let stage = Some((entry.stage, entry.name.as_str()));
-        let (module, info) = naga::back::pipeline_constants::process_overrides(
-            &module,
-            &info,
-            stage,
-            &Default::default(),
-        )
-        .map_err(|e| e.to_string())?;
-        let options = naga::back::spv::Options { lang_version: (1, 3), ..Default::default() };
-        let pipeline = naga::back::spv::PipelineOptions {
-            shader_stage: entry.stage,
-            entry_point: entry.name.clone(),
-        };
-        naga::back::spv::write_vec(&module, &info, &options, Some(&pipeline))
+        gpu::kernel::spirv(source, &entry.name, &[], gpu::kernel::Checks::On)
             .map_err(|e| format!("{}: {e}", entry.name))?;
     }
     Ok(())

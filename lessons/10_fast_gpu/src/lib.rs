@@ -12,10 +12,17 @@
 //! | 1 | `v1_register_tiles.wgsl` | register micro-tiles: a 4 x 4 block of scores per thread, exp2, masks only where needed |
 //! | 2 | `v2_tensor_cores.wgsl` | tensor cores (WGSL cooperative matrices): f16 inputs, f32 sums, lazy rescale |
 //! | 3 | `v2_tensor_cores.wgsl` | the same shader without wgpu's run-time bounds checks |
+//! | 4 | `v4_specialised.wgsl` | constants instead of overrides, 32 rows per subgroup, prefetch |
+//! | 5 | `v5_pipelined.wgsl` | software pipelining: products of one tile beside the softmax of the next, two barriers per tile |
+//! | 6 | `v6_registers.wgsl` | one function: no pointer to an array of fragments, so every fragment stays in registers |
 //!
 //! Every version runs through [`Kernel`], which compiles a version's shader for one head
 //! dimension and tile size and implements the course's [`AttentionKernel`], so the tests,
 //! the registry and the benchmark treat them all alike.
+
+mod unroll;
+
+pub use unroll::unroll;
 
 use gpu::GpuError;
 use gpu::attention::{AttentionBuffers, AttentionKernel, Built, KernelVersion, boxed};
@@ -29,6 +36,15 @@ pub const V1_REGISTER_TILES: &str = include_str!("v1_register_tiles.wgsl");
 
 /// Version 2's WGSL source.
 pub const V2_TENSOR_CORES: &str = include_str!("v2_tensor_cores.wgsl");
+
+/// Version 4's WGSL source (its constants set by [`specialise`]).
+pub const V4_SPECIALISED: &str = include_str!("v4_specialised.wgsl");
+
+/// Version 5's WGSL source (its constants set by [`specialise`]).
+pub const V5_PIPELINED: &str = include_str!("v5_pipelined.wgsl");
+
+/// Version 6's WGSL source (its constants set by [`specialise`]).
+pub const V6_REGISTERS: &str = include_str!("v6_registers.wgsl");
 
 /// Largest head dimension (`MAX_OUT_CHUNKS` and `MAX_FRAGMENTS` in the shaders).
 pub const MAX_HEAD_DIM: usize = 256;
@@ -143,13 +159,360 @@ impl TensorCoreTiles {
     }
 }
 
+/// Version 4's shape of work, written into its source as constants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpecialisedTiles {
+    /// Subgroups of 32 threads per workgroup; they share each tile of K and V.
+    pub subgroups: usize,
+    /// 16-row query tiles per subgroup: 1 or 2 (two feed each K or V fragment to two products).
+    pub row_tiles: usize,
+    /// Keys per tile: 32 or 64.
+    pub block_kv: usize,
+    /// Whether the next tile of K and V is read into registers during this one.
+    pub prefetch: bool,
+}
+
+impl SpecialisedTiles {
+    /// Query rows per workgroup.
+    pub fn block_q(&self) -> usize {
+        16 * self.row_tiles * self.subgroups
+    }
+
+    /// Bytes of workgroup memory at `head_dim` (a multiple of 16): Q, or K and V, in f16 (rows
+    /// of D + 8 halves), S in f32 and P in f16 (rows padded by 4 and 8), a rescale factor per
+    /// row and a flag (16 bytes).
+    pub fn workgroup_bytes(&self, head_dim: usize) -> usize {
+        let (rows, keys) = (self.block_q(), self.block_kv);
+        let kv_rows = (2 * keys).max(rows);
+        kv_rows * (head_dim + 8) * 2 + rows * (keys + 4) * 4 + rows * (keys + 8) * 2 + rows * 4 + 16
+    }
+
+    /// The tiles measured fastest on an H100 at `head_dim` (the chapter's tuning table),
+    /// then smaller ones, the first that fits `device`.
+    pub fn for_device(device: &wgpu::Device, head_dim: usize) -> Result<Self, AttentionError> {
+        let available = device.limits().max_compute_workgroup_storage_size as usize;
+        let tiles = |subgroups, row_tiles, block_kv, prefetch| SpecialisedTiles {
+            subgroups,
+            row_tiles,
+            block_kv,
+            prefetch,
+        };
+        let candidates = if head_dim <= 64 {
+            vec![tiles(4, 2, 32, true), tiles(4, 1, 64, true), tiles(4, 1, 32, true)]
+        } else if head_dim <= 128 {
+            vec![tiles(4, 1, 32, true), tiles(2, 1, 32, true)]
+        } else {
+            vec![tiles(4, 1, 32, false), tiles(2, 1, 32, false), tiles(1, 1, 32, false)]
+        };
+        let smallest = *candidates.last().expect("not empty");
+        let mut fits = candidates.into_iter().filter(|t| t.workgroup_bytes(head_dim) <= available);
+        fits.next().ok_or(AttentionError::TilesDoNotFit {
+            needed: smallest.workgroup_bytes(head_dim),
+            available,
+        })
+    }
+
+    /// Every tile shape the tuning example times and the tests check at `head_dim`: each
+    /// knob changed one at a time around a few starting points (two row tiles only up to
+    /// D = 128, where their fragments still fit in registers).
+    pub fn tried(head_dim: usize) -> Vec<Self> {
+        let tiles = |subgroups, row_tiles, block_kv, prefetch| SpecialisedTiles {
+            subgroups,
+            row_tiles,
+            block_kv,
+            prefetch,
+        };
+        let mut all = vec![
+            tiles(4, 1, 64, true),
+            tiles(4, 1, 32, true),
+            tiles(4, 1, 32, false),
+            tiles(4, 2, 32, false),
+            tiles(4, 2, 32, true),
+            tiles(8, 1, 32, true),
+        ];
+        if head_dim > 128 {
+            all.retain(|t| t.row_tiles == 1);
+        }
+        all
+    }
+
+    /// The constants [`specialise`] writes into version 4's source.
+    pub fn constants(&self, head_dim: usize) -> [(&'static str, usize); 5] {
+        [
+            ("HEAD_DIM", head_dim),
+            ("BLOCK_KV", self.block_kv),
+            ("SUBGROUPS", self.subgroups),
+            ("ROW_TILES", self.row_tiles),
+            ("PREFETCH", self.prefetch as usize),
+        ]
+    }
+}
+
+/// Version 5's shape of work, written into its source as constants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PipelinedTiles {
+    /// Subgroups of 32 threads per workgroup; they share each tile of K and V.
+    pub subgroups: usize,
+    /// 16-row query tiles per subgroup: 1 or 2.
+    pub row_tiles: usize,
+    /// Keys per tile: 16, 32 or 64.
+    pub block_kv: usize,
+    /// V staged as `V^T`, which the tensor cores read as a column-major operand.
+    pub transpose_v: bool,
+}
+
+/// Parts of version 5's work left out, to measure what each costs (the anatomy example);
+/// any but [`LeaveOut::NOTHING`] gives a wrong answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaveOut(pub u32);
+
+impl LeaveOut {
+    /// The kernel as registered.
+    pub const NOTHING: Self = Self(0);
+    /// No reads of S, no exponentials, no writes of P.
+    pub const SOFTMAX: Self = Self(1);
+    /// No `S = Q K^T` on the tensor cores (zeros are stored as S).
+    pub const SCORES: Self = Self(2);
+    /// No `O += P V`.
+    pub const VALUES: Self = Self(4);
+    /// S is not stored to workgroup memory.
+    pub const STORE_S: Self = Self(8);
+    /// No K or V read from global memory or staged in workgroup memory.
+    pub const STAGING: Self = Self(16);
+
+    /// O is never rescaled (version 6 only).
+    pub const RESCALE: Self = Self(32);
+    /// O and L are never written (version 6 only).
+    pub const OUTPUT: Self = Self(64);
+
+    /// Both parts left out.
+    pub fn and(self, other: Self) -> Self {
+        Self(self.0 | other.0)
+    }
+}
+
+impl PipelinedTiles {
+    /// Query rows per workgroup.
+    pub fn block_q(&self) -> usize {
+        16 * self.row_tiles * self.subgroups
+    }
+
+    /// Bytes of workgroup memory at `head_dim` (a multiple of 16): K and V of a tile, or Q
+    /// before the loop, in f16 (rows of D + 8 halves); S in f32 (rows padded by 4 floats per
+    /// lane that reads a row); P in f16 (rows padded by 8); a rescale factor per row; a flag.
+    pub fn workgroup_bytes(&self, head_dim: usize) -> usize {
+        let (rows, keys) = (self.block_q(), self.block_kv);
+        let lanes_per_row = 32 / (16 * self.row_tiles);
+        let row = (head_dim + 8) * 2;
+        let values = if self.transpose_v { head_dim * (keys + 8) * 2 } else { keys * row };
+        (keys * row + values).max(rows * row)
+            + rows * (keys + 4 * lanes_per_row) * 4
+            + rows * (keys + 8) * 2
+            + rows * 4
+            + 16
+    }
+
+    /// The tiles measured fastest on an H100 at `head_dim` (the chapter's tuning table),
+    /// then smaller ones, the first that fits `device`.
+    pub fn for_device(device: &wgpu::Device, head_dim: usize) -> Result<Self, AttentionError> {
+        let available = device.limits().max_compute_workgroup_storage_size as usize;
+        let candidates = Self::preferred(head_dim);
+        let smallest = *candidates.last().expect("not empty");
+        let mut fits = candidates.into_iter().filter(|t| t.workgroup_bytes(head_dim) <= available);
+        fits.next().ok_or(AttentionError::TilesDoNotFit {
+            needed: smallest.workgroup_bytes(head_dim),
+            available,
+        })
+    }
+
+    /// The tiles to try at `head_dim`, best first.
+    fn preferred(head_dim: usize) -> Vec<Self> {
+        let tiles = |subgroups, row_tiles, block_kv| PipelinedTiles {
+            subgroups,
+            row_tiles,
+            block_kv,
+            transpose_v: false,
+        };
+        if head_dim <= 64 {
+            vec![tiles(4, 2, 32), tiles(4, 1, 64), tiles(4, 1, 32)]
+        } else if head_dim <= 128 {
+            vec![tiles(4, 1, 32), tiles(4, 1, 16)]
+        } else {
+            vec![tiles(4, 1, 16), tiles(2, 1, 16)]
+        }
+    }
+
+    /// Version 6's tiles to try at `head_dim`, best first, as measured on an H100
+    /// (2026-11-25, examples/tune.rs at N = 16384: 100 TFLOP/s at D = 64, 93 at D = 128).
+    fn preferred_in_registers(head_dim: usize) -> Vec<Self> {
+        let tiles = |subgroups, row_tiles, block_kv| PipelinedTiles {
+            subgroups,
+            row_tiles,
+            block_kv,
+            transpose_v: false,
+        };
+        if head_dim <= 64 {
+            vec![tiles(4, 2, 32), tiles(4, 1, 16)]
+        } else if head_dim <= 128 {
+            vec![tiles(4, 1, 32), tiles(4, 1, 16)]
+        } else {
+            vec![tiles(4, 1, 16), tiles(2, 1, 16)]
+        }
+    }
+
+    /// Every tile shape the tuning example times and the tests check at `head_dim`.
+    pub fn tried(head_dim: usize) -> Vec<Self> {
+        let tiles = |subgroups, row_tiles, block_kv| PipelinedTiles {
+            subgroups,
+            row_tiles,
+            block_kv,
+            transpose_v: true,
+        };
+        let mut all = vec![
+            PipelinedTiles { transpose_v: false, ..tiles(4, 2, 32) },
+            PipelinedTiles { transpose_v: false, ..tiles(4, 1, 32) },
+            tiles(4, 2, 32),
+            tiles(4, 1, 64),
+            tiles(4, 1, 32),
+            tiles(4, 1, 16),
+            tiles(8, 1, 32),
+            tiles(8, 1, 16),
+            tiles(4, 2, 16),
+            tiles(2, 2, 32),
+            tiles(2, 1, 16),
+        ];
+        if head_dim > 128 {
+            all.retain(|t| t.row_tiles == 1);
+        }
+        all
+    }
+
+    /// Every tile shape the tuning example times and the tests check for version 6 at
+    /// `head_dim` (V is never transposed there).
+    pub fn tried_in_registers(head_dim: usize) -> Vec<Self> {
+        let tiles = |subgroups, row_tiles, block_kv| PipelinedTiles {
+            subgroups,
+            row_tiles,
+            block_kv,
+            transpose_v: false,
+        };
+        let mut all = vec![
+            tiles(4, 1, 64),
+            tiles(2, 2, 64),
+            tiles(2, 1, 64),
+            tiles(4, 2, 32),
+            tiles(4, 1, 32),
+            tiles(2, 2, 32),
+            tiles(8, 1, 32),
+            tiles(4, 1, 16),
+        ];
+        if head_dim > 128 {
+            all.retain(|t| t.row_tiles == 1);
+        }
+        all
+    }
+
+    /// Version 6's tiles measured fastest on an H100 at `head_dim`, then smaller ones, the
+    /// first that fits `device`.
+    pub fn for_device_in_registers(
+        device: &wgpu::Device,
+        head_dim: usize,
+    ) -> Result<Self, AttentionError> {
+        let available = device.limits().max_compute_workgroup_storage_size as usize;
+        let candidates = Self::preferred_in_registers(head_dim);
+        let smallest = *candidates.last().expect("not empty");
+        let mut fits = candidates.into_iter().filter(|t| t.workgroup_bytes(head_dim) <= available);
+        fits.next().ok_or(AttentionError::TilesDoNotFit {
+            needed: smallest.workgroup_bytes(head_dim),
+            available,
+        })
+    }
+
+    /// Version 6's source for these tiles at `head_dim`: its constants set, its marked loops
+    /// unrolled ([`unroll`]).
+    pub fn source_in_registers(
+        &self,
+        head_dim: usize,
+        leave_out: LeaveOut,
+    ) -> Result<String, AttentionError> {
+        unroll(&specialise(V6_REGISTERS, &self.constants_in_registers(head_dim, leave_out))?)
+    }
+
+    /// The constants [`specialise`] writes into version 6's source.
+    pub fn constants_in_registers(
+        &self,
+        head_dim: usize,
+        leave_out: LeaveOut,
+    ) -> [(&'static str, usize); 5] {
+        [
+            ("HEAD_DIM", head_dim),
+            ("BLOCK_KV", self.block_kv),
+            ("SUBGROUPS", self.subgroups),
+            ("ROW_TILES", self.row_tiles),
+            ("LEAVE_OUT", leave_out.0 as usize),
+        ]
+    }
+
+    /// Whether version 5 accepts these tiles at `head_dim` (a multiple of 16).
+    pub fn check(&self, head_dim: usize) -> Result<(), AttentionError> {
+        let sensible = [1, 2].contains(&self.row_tiles)
+            && [16, 32, 64].contains(&self.block_kv)
+            && [1, 2, 4, 8].contains(&self.subgroups)
+            && head_dim % 16 == 0;
+        if !sensible {
+            return Err(GpuError::KernelMisuse(format!(
+                "v5 pipelined: {self:?} at head_dim {head_dim}; expected 1 or 2 row tiles, 16, \
+                 32 or 64 keys, 1 to 8 subgroups, a head_dim that is a multiple of 16"
+            ))
+            .into());
+        }
+        Ok(())
+    }
+
+    /// The constants [`specialise`] writes into version 5's source.
+    pub fn constants(&self, head_dim: usize, leave_out: LeaveOut) -> [(&'static str, usize); 6] {
+        [
+            ("HEAD_DIM", head_dim),
+            ("BLOCK_KV", self.block_kv),
+            ("SUBGROUPS", self.subgroups),
+            ("ROW_TILES", self.row_tiles),
+            ("TRANSPOSE_V", self.transpose_v as usize),
+            ("LEAVE_OUT", leave_out.0 as usize),
+        ]
+    }
+}
+
+/// `source` with each `const NAME: u32 = ...;` of `constants` given its value. A constant,
+/// unlike a pipeline-overridable one, can size an array of cooperative matrices, and loops over
+/// it have trip counts the driver sees when it compiles the shader, so it unrolls them and
+/// keeps every fragment in registers.
+pub fn specialise(source: &str, constants: &[(&str, usize)]) -> Result<String, AttentionError> {
+    let mut text = source.to_string();
+    for &(name, value) in constants {
+        let declaration = format!("const {name}: u32 = ");
+        let start = text.find(&declaration).ok_or_else(|| {
+            GpuError::KernelMisuse(format!("the shader declares no `{declaration}...;`"))
+        })?;
+        let value_start = start + declaration.len();
+        let end = value_start + text[value_start..].find(';').expect("a declaration ends");
+        text.replace_range(value_start..end, &format!("{value}u"));
+    }
+    Ok(text)
+}
+
 /// The tiles a kernel was compiled for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tiles {
     /// Version 1.
     Register(RegisterTiles),
-    /// Version 2.
+    /// Versions 2 and 3.
     TensorCore(TensorCoreTiles),
+    /// Version 4.
+    Specialised(SpecialisedTiles),
+    /// Version 5.
+    Pipelined(PipelinedTiles),
+    /// Version 6 (the same shapes as version 5; V is never transposed).
+    InRegisters(PipelinedTiles),
 }
 
 impl Tiles {
@@ -158,6 +521,8 @@ impl Tiles {
         match self {
             Tiles::Register(t) => t.block_q(),
             Tiles::TensorCore(_) => TensorCoreTiles::BLOCK_Q,
+            Tiles::Specialised(t) => t.block_q(),
+            Tiles::Pipelined(t) | Tiles::InRegisters(t) => t.block_q(),
         }
     }
 
@@ -166,7 +531,59 @@ impl Tiles {
     fn loop_iterations(&self, shape: &AttentionShape) -> u64 {
         match self {
             Tiles::Register(t) => t.loop_iterations(shape),
-            Tiles::TensorCore(_) => 0,
+            Tiles::TensorCore(_)
+            | Tiles::Specialised(_)
+            | Tiles::Pipelined(_)
+            | Tiles::InRegisters(_) => 0,
+        }
+    }
+}
+
+impl Tiles {
+    /// Every tile shape of the tensor-core versions 4 and 5 that the tuning example times and
+    /// the tests check at `head_dim` (a multiple of 16).
+    pub fn tensor_core_shapes(head_dim: usize) -> Vec<Tiles> {
+        let v4 = SpecialisedTiles::tried(head_dim).into_iter().map(Tiles::Specialised);
+        let v5 = PipelinedTiles::tried(head_dim).into_iter().map(Tiles::Pipelined);
+        let v6 = PipelinedTiles::tried_in_registers(head_dim).into_iter().map(Tiles::InRegisters);
+        v4.chain(v5).chain(v6).collect()
+    }
+
+    /// Bytes of workgroup memory at `head_dim`; none for versions 1 to 3, which choose
+    /// tiles that fit.
+    pub fn workgroup_bytes(&self, head_dim: usize) -> usize {
+        match self {
+            Tiles::Register(t) => t.workgroup_bytes(head_dim),
+            Tiles::TensorCore(t) => t.workgroup_bytes(head_dim),
+            Tiles::Specialised(t) => t.workgroup_bytes(head_dim),
+            Tiles::Pipelined(t) | Tiles::InRegisters(t) => t.workgroup_bytes(head_dim),
+        }
+    }
+
+    /// A short name, e.g. `v5 4x2x16 rows, 32 keys`.
+    pub fn describe(&self) -> String {
+        match self {
+            Tiles::Register(t) => {
+                format!("v1 {} rows, {} keys", t.block_q(), t.block_kv())
+            }
+            Tiles::TensorCore(t) => format!("v2 64 rows, {} keys", t.block_kv),
+            Tiles::Specialised(t) => format!(
+                "v4 {}x{}x16 rows, {} keys{}",
+                t.subgroups,
+                t.row_tiles,
+                t.block_kv,
+                if t.prefetch { ", prefetch" } else { "" }
+            ),
+            Tiles::Pipelined(t) => format!(
+                "v5 {}x{}x16 rows, {} keys{}",
+                t.subgroups,
+                t.row_tiles,
+                t.block_kv,
+                if t.transpose_v { "" } else { ", V row-major" }
+            ),
+            Tiles::InRegisters(t) => {
+                format!("v6 {}x{}x16 rows, {} keys", t.subgroups, t.row_tiles, t.block_kv)
+            }
         }
     }
 }
@@ -179,6 +596,28 @@ fn check_head_dim(head_dim: usize) -> Result<(), AttentionError> {
     Ok(())
 }
 
+/// Whether `device` can run the tensor-core versions: cooperative matrices, subgroups of 32.
+fn check_tensor_cores(
+    device: &wgpu::Device,
+    head_dim: usize,
+    version: &'static str,
+) -> Result<(), AttentionError> {
+    check_head_dim(head_dim)?;
+    if !gpu::has_tensor_cores(device) {
+        let feature = "EXPERIMENTAL_COOPERATIVE_MATRIX (tensor cores)";
+        return Err(GpuError::MissingFeature { feature, needed_for: version }.into());
+    }
+    let info = device.adapter_info();
+    if (info.subgroup_min_size, info.subgroup_max_size) != (32, 32) {
+        return Err(GpuError::KernelMisuse(format!(
+            "{version} is written for subgroups of 32 threads; this adapter's are {} to {}",
+            info.subgroup_min_size, info.subgroup_max_size
+        ))
+        .into());
+    }
+    Ok(())
+}
+
 /// One compiled version: its pipeline, the head dimension and tiles it was compiled for, and
 /// the format it reads Q, K and V in.
 pub struct Kernel {
@@ -187,6 +626,20 @@ pub struct Kernel {
     head_dim: usize,
     tiles: Tiles,
     storage: Storage,
+    shader: Shader,
+}
+
+/// The WGSL a kernel was compiled from: the source (constants already written in), the
+/// values of its `override`s, and whether wgpu's run-time checks were added. The
+/// `shader_stats` example hands it to the driver again to read what the compiler made of it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Shader {
+    /// WGSL source.
+    pub source: String,
+    /// `override` constants and their values.
+    pub overrides: Vec<(&'static str, f64)>,
+    /// wgpu's run-time checks.
+    pub checks: Checks,
 }
 
 impl Kernel {
@@ -216,7 +669,16 @@ impl Kernel {
         let pipeline =
             compile(device, "v1_register_tiles.wgsl", source, "flash_forward", &constants)?;
         let tiles = Tiles::Register(tiles);
-        Ok(Self { name: "v1 register tiles", pipeline, head_dim, tiles, storage: Storage::F32 })
+        let shader =
+            Shader { source: source.into(), overrides: constants.into(), checks: Checks::On };
+        Ok(Self {
+            name: "v1 register tiles",
+            pipeline,
+            head_dim,
+            tiles,
+            storage: Storage::F32,
+            shader,
+        })
     }
 
     /// Version 2 for `head_dim` (up to 256; rows are padded to a multiple of 16), on a device
@@ -227,20 +689,7 @@ impl Kernel {
         head_dim: usize,
         checks: Checks,
     ) -> Result<Self, AttentionError> {
-        check_head_dim(head_dim)?;
-        if !gpu::has_tensor_cores(device) {
-            let feature = "EXPERIMENTAL_COOPERATIVE_MATRIX (tensor cores)";
-            return Err(GpuError::MissingFeature { feature, needed_for: "v2 tensor cores" }.into());
-        }
-        let info = device.adapter_info();
-        if (info.subgroup_min_size, info.subgroup_max_size) != (32, 32) {
-            return Err(GpuError::KernelMisuse(format!(
-                "v2 tensor cores is written for subgroups of 32 threads; this adapter's are {} \
-                 to {}",
-                info.subgroup_min_size, info.subgroup_max_size
-            ))
-            .into());
-        }
+        check_tensor_cores(device, head_dim, "v2 tensor cores")?;
         let padded = head_dim.next_multiple_of(16);
         let tiles = TensorCoreTiles::for_device(device, padded)?;
         let constants = [("HEAD_DIM", padded as f64), ("BLOCK_KV", tiles.block_kv as f64)];
@@ -250,12 +699,144 @@ impl Kernel {
             compile_with_checks(device, label, source, "flash_forward", &constants, checks)?;
         let tiles = Tiles::TensorCore(tiles);
         let name = if checks == Checks::On { "v2 tensor cores" } else { "v3 no bounds checks" };
-        Ok(Self { name, pipeline, head_dim, tiles, storage: Storage::F16 })
+        let shader = Shader { source: source.into(), overrides: constants.into(), checks };
+        Ok(Self { name, pipeline, head_dim, tiles, storage: Storage::F16, shader })
+    }
+
+    /// Version 4 for `head_dim` with the tiles measured fastest that fit `device`.
+    pub fn specialised(device: &wgpu::Device, head_dim: usize) -> Result<Self, AttentionError> {
+        let padded = head_dim.next_multiple_of(16);
+        Self::specialised_with(device, head_dim, SpecialisedTiles::for_device(device, padded)?)
+    }
+
+    /// Version 4 for `head_dim` with the given tiles (the tests and the tuning try several).
+    pub fn specialised_with(
+        device: &wgpu::Device,
+        head_dim: usize,
+        tiles: SpecialisedTiles,
+    ) -> Result<Self, AttentionError> {
+        check_tensor_cores(device, head_dim, "v4 specialised")?;
+        let padded = head_dim.next_multiple_of(16);
+        let threads = 32 * tiles.subgroups;
+        let sensible = [1, 2].contains(&tiles.row_tiles)
+            && [32, 64].contains(&tiles.block_kv)
+            && [1, 2, 4, 8].contains(&tiles.subgroups)
+            && (2 * tiles.block_kv * padded / 4) % threads == 0;
+        if !sensible {
+            return Err(GpuError::KernelMisuse(format!(
+                "v4 specialised: {tiles:?} at head_dim {padded}; expected 1 or 2 row tiles, 32 \
+                 or 64 keys, 1 to 8 subgroups sharing a tile evenly"
+            ))
+            .into());
+        }
+        let available = device.limits().max_compute_workgroup_storage_size as usize;
+        let needed = tiles.workgroup_bytes(padded);
+        if needed > available {
+            return Err(AttentionError::TilesDoNotFit { needed, available });
+        }
+        let source = specialise(V4_SPECIALISED, &tiles.constants(padded))?;
+        let label = "v4_specialised.wgsl";
+        let pipeline =
+            compile_with_checks(device, label, &source, "flash_forward", &[], Checks::Off)?;
+        let tiles = Tiles::Specialised(tiles);
+        let shader = Shader { source, overrides: Vec::new(), checks: Checks::Off };
+        let storage = Storage::F16;
+        Ok(Self { name: "v4 specialised", pipeline, head_dim, tiles, storage, shader })
+    }
+
+    /// Version 5 for `head_dim` with the tiles measured fastest that fit `device`.
+    pub fn pipelined(device: &wgpu::Device, head_dim: usize) -> Result<Self, AttentionError> {
+        let padded = head_dim.next_multiple_of(16);
+        let tiles = PipelinedTiles::for_device(device, padded)?;
+        Self::pipelined_with(device, head_dim, tiles, LeaveOut::NOTHING)
+    }
+
+    /// Version 5 for `head_dim` with the given tiles (the tests and the tuning try several),
+    /// and, for measurements only, parts of its work left out.
+    pub fn pipelined_with(
+        device: &wgpu::Device,
+        head_dim: usize,
+        tiles: PipelinedTiles,
+        leave_out: LeaveOut,
+    ) -> Result<Self, AttentionError> {
+        check_tensor_cores(device, head_dim, "v5 pipelined")?;
+        let padded = head_dim.next_multiple_of(16);
+        tiles.check(padded)?;
+        let available = device.limits().max_compute_workgroup_storage_size as usize;
+        let needed = tiles.workgroup_bytes(padded);
+        if needed > available {
+            return Err(AttentionError::TilesDoNotFit { needed, available });
+        }
+        let source = specialise(V5_PIPELINED, &tiles.constants(padded, leave_out))?;
+        let label = "v5_pipelined.wgsl";
+        let pipeline =
+            compile_with_checks(device, label, &source, "flash_forward", &[], Checks::Off)?;
+        let tiles = Tiles::Pipelined(tiles);
+        let shader = Shader { source, overrides: Vec::new(), checks: Checks::Off };
+        let storage = Storage::F16;
+        Ok(Self { name: "v5 pipelined", pipeline, head_dim, tiles, storage, shader })
+    }
+
+    /// Version 6 for `head_dim` with the tiles measured fastest that fit `device`.
+    pub fn in_registers(device: &wgpu::Device, head_dim: usize) -> Result<Self, AttentionError> {
+        let padded = head_dim.next_multiple_of(16);
+        let tiles = PipelinedTiles::for_device_in_registers(device, padded)?;
+        Self::in_registers_with(device, head_dim, tiles, LeaveOut::NOTHING)
+    }
+
+    /// Version 6 for `head_dim` with the given tiles, and, for measurements only, parts of its
+    /// work left out.
+    pub fn in_registers_with(
+        device: &wgpu::Device,
+        head_dim: usize,
+        tiles: PipelinedTiles,
+        leave_out: LeaveOut,
+    ) -> Result<Self, AttentionError> {
+        check_tensor_cores(device, head_dim, "v6 registers")?;
+        let padded = head_dim.next_multiple_of(16);
+        tiles.check(padded)?;
+        let tiles = PipelinedTiles { transpose_v: false, ..tiles };
+        let available = device.limits().max_compute_workgroup_storage_size as usize;
+        let needed = tiles.workgroup_bytes(padded);
+        if needed > available {
+            return Err(AttentionError::TilesDoNotFit { needed, available });
+        }
+        let source = tiles.source_in_registers(padded, leave_out)?;
+        let label = "v6_registers.wgsl";
+        let pipeline =
+            compile_with_checks(device, label, &source, "flash_forward", &[], Checks::Off)?;
+        let tiles = Tiles::InRegisters(tiles);
+        let shader = Shader { source, overrides: Vec::new(), checks: Checks::Off };
+        let storage = Storage::F16;
+        Ok(Self { name: "v6 registers", pipeline, head_dim, tiles, storage, shader })
+    }
+
+    /// The version that `tiles` belong to, compiled with them for `head_dim` (versions 2
+    /// and 3 choose their own tiles: `Tiles::TensorCore` gives version 3).
+    pub fn with_tiles(
+        device: &wgpu::Device,
+        head_dim: usize,
+        tiles: Tiles,
+    ) -> Result<Self, AttentionError> {
+        match tiles {
+            Tiles::Register(t) => Self::register_tiles_with(device, head_dim, t),
+            Tiles::TensorCore(_) => Self::tensor_cores(device, head_dim, Checks::Off),
+            Tiles::Specialised(t) => Self::specialised_with(device, head_dim, t),
+            Tiles::Pipelined(t) => Self::pipelined_with(device, head_dim, t, LeaveOut::NOTHING),
+            Tiles::InRegisters(t) => {
+                Self::in_registers_with(device, head_dim, t, LeaveOut::NOTHING)
+            }
+        }
     }
 
     /// The tiles this kernel was compiled for.
     pub fn tiles(&self) -> Tiles {
         self.tiles
+    }
+
+    /// The WGSL it was compiled from.
+    pub fn shader(&self) -> &Shader {
+        &self.shader
     }
 
     /// The grid for `shape`: `(query tiles, slices)`.
@@ -269,7 +850,10 @@ impl AttentionKernel for Kernel {
     fn row_alignment(&self) -> usize {
         match self.tiles {
             Tiles::Register(_) => 4,
-            Tiles::TensorCore(_) => 16,
+            Tiles::TensorCore(_)
+            | Tiles::Specialised(_)
+            | Tiles::Pipelined(_)
+            | Tiles::InRegisters(_) => 16,
         }
     }
 
@@ -334,13 +918,40 @@ pub fn versions() -> Vec<KernelVersion> {
         change: "v2 compiled without wgpu's run-time bounds checks (its tests prove every index)",
         ..v2
     };
+    let v4 = About {
+        name: "v4 specialised",
+        change: "constants for exact fragment arrays, 32 rows per subgroup, next tile prefetched",
+        ..v2
+    };
+    fn specialised(device: &wgpu::Device, d: usize) -> Built {
+        boxed(Kernel::specialised(device, d))
+    }
     let tensor_core_features = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
         | wgpu::Features::SHADER_F16
         | wgpu::Features::SUBGROUP;
+    let v5 = About {
+        name: "v5 pipelined",
+        change: "products of one tile beside the softmax of the next: two barriers per tile",
+        ..v2
+    };
+    fn pipelined(device: &wgpu::Device, d: usize) -> Built {
+        boxed(Kernel::pipelined(device, d))
+    }
+    let v6 = About {
+        name: "v6 registers",
+        change: "one function, no pointer to a fragment array: every fragment in registers",
+        ..v2
+    };
+    fn in_registers(device: &wgpu::Device, d: usize) -> Built {
+        boxed(Kernel::in_registers(device, d))
+    }
     vec![
         KernelVersion::new(v1, register_tiles),
         KernelVersion::new(v2, tensor_cores).requiring(tensor_core_features),
         KernelVersion::new(v3, unchecked).requiring(tensor_core_features),
+        KernelVersion::new(v4, specialised).requiring(tensor_core_features),
+        KernelVersion::new(v5, pipelined).requiring(tensor_core_features),
+        KernelVersion::new(v6, in_registers).requiring(tensor_core_features),
     ]
 }
 // ANCHOR_END: versions

@@ -3,7 +3,7 @@
 //! bodies are the shared ones of `testkit::checks`; only the forward function differs.
 
 use gpu::attention::{KernelVersion, Prepared, attention_on};
-use lesson10::{Kernel, RegisterTiles};
+use lesson10::{Kernel, RegisterTiles, Tiles};
 use ndarray::Array4;
 use proptest::prelude::*;
 use reference::{AttentionOptions, Forward, Problem, ProblemSpec, check_output, oracle};
@@ -75,6 +75,62 @@ proptest! {
     }
 }
 
+/// The tensor-core version that `tiles` belong to, compiled with them, on the test device.
+fn with_tensor_core_tiles(tiles: Tiles) -> impl Forward {
+    let gpu = gpu::for_tests().expect("checked by the test before");
+    move |q: &Array4<f32>, k: &Array4<f32>, v: &Array4<f32>, o: &AttentionOptions| {
+        let kernel = Kernel::with_tiles(&gpu.device, q.dim().3, tiles)?;
+        attention_on(&gpu.device, &gpu.queue, &kernel, q, k, v, o)
+    }
+}
+
+/// Every tile shape of versions 4 and 5 at `head_dim` that fits the test device, if it has
+/// tensor cores (none on lavapipe).
+fn tensor_core_shapes(head_dim: usize) -> Vec<Tiles> {
+    let Some(gpu) = gpu::for_tests().filter(|gpu| gpu.has_tensor_cores()) else {
+        return Vec::new();
+    };
+    let available = gpu.device.limits().max_compute_workgroup_storage_size as usize;
+    let padded = head_dim.next_multiple_of(16);
+    let mut shapes = Tiles::tensor_core_shapes(padded);
+    shapes.retain(|t| t.workgroup_bytes(padded) <= available);
+    shapes
+}
+
+/// The tolerance of the tensor-core versions (all store f16 and round P to f16).
+fn tensor_core_tolerance() -> reference::Tolerance {
+    let v2 = lesson10::versions().into_iter().find(|v| v.about.name == "v2 tensor cores");
+    v2.expect("registered").about.tolerance
+}
+
+proptest! {
+    #![proptest_config(config(48))]
+
+    #[test]
+    fn tensor_core_tiles_match_the_oracle_for_any_tiles(case in cases(ShapeLimits::GPU), pick: usize) {
+        let shapes = tensor_core_shapes(case.spec.head_dim);
+        if shapes.is_empty() { return Ok(()); }
+        let tiles = shapes[pick % shapes.len()];
+        check_against_oracle(&with_tensor_core_tiles(tiles), &case, tensor_core_tolerance())
+            .map_err(|e| TestCaseError::fail(format!("{}: {e}", tiles.describe())))?;
+    }
+}
+
+/// Every tile shape of versions 4 and 5 on keys whose scores grow along the sequence (the
+/// lazy rescale runs), at the head dimensions FlashAttention-2 supports.
+#[test]
+fn tensor_core_tiles_rescale_correctly() {
+    for head_dim in [64, 128, 256] {
+        let p = growing_scores(head_dim);
+        let expected = oracle::expected(&p.q, &p.k, &p.v, &p.options).unwrap();
+        for tiles in tensor_core_shapes(head_dim) {
+            let out = run(&with_tensor_core_tiles(tiles), &p).unwrap();
+            check_output(&out, &expected, tensor_core_tolerance())
+                .unwrap_or_else(|e| panic!("{}, D={head_dim}: {e}", tiles.describe()));
+        }
+    }
+}
+
 /// The head dimensions FlashAttention-2 supports, with tails of both tiles and the causal
 /// mask with `Nq != Nkv` (rows that see no key when `Nq > Nkv`), every run.
 #[test]
@@ -110,13 +166,22 @@ fn every_version_matches_the_oracle_on(gpu: &'static gpu::Gpu, p: &Problem) {
 #[test]
 fn scores_that_grow_along_the_keys() {
     let Some(gpu) = gpu::for_tests() else { return };
-    let spec = ProblemSpec::new(1, 2, 40, 200, 64);
+    every_version_matches_the_oracle_on(gpu, &growing_scores(64));
+}
+
+/// Queries all 0.05 and keys that grow with their position, so that every score is 0.12 times
+/// its key's index: over 200 keys a row's max rises by 24 (35 in log2 units), more than the
+/// tensor-core versions' lazy-rescale threshold (8) every 46 keys. A version that skipped
+/// that rescale would overflow P's f16.
+fn growing_scores(head_dim: usize) -> Problem {
+    let spec = ProblemSpec::new(1, 2, 40, 200, head_dim);
     let mut p = Problem::random(&spec, 5);
     p.q.fill(0.05);
+    let slope = 0.3 * (64.0 / head_dim as f32).sqrt();
     for ((_, _, key, _), x) in p.k.indexed_iter_mut() {
-        *x = 0.02 * key as f32;
+        *x = slope * key as f32;
     }
-    every_version_matches_the_oracle_on(gpu, &p);
+    p
 }
 
 /// With Q = 0 every score is 0 and every weight equal: O is the mean of the values each row

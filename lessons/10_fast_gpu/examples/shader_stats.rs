@@ -1,0 +1,356 @@
+//! What the driver's compiler made of each kernel: registers per thread, spills to local
+//! memory, instruction counts, as the driver reports them through Vulkan's
+//! `VK_KHR_pipeline_executable_properties`.
+//!
+//! wgpu gives no access to those statistics, so this example translates each kernel's WGSL
+//! to SPIR-V with naga (wgpu's own translator, with the options wgpu uses for that kernel)
+//! and creates the compute pipeline a second time through raw Vulkan (`ash`, the Vulkan
+//! bindings inside wgpu), asking the driver to keep its statistics. A driver that lacks the
+//! extension (Mesa 22's lavapipe) is reported as such.
+//!
+//! ```text
+//! cargo run --release -p lesson10 --example shader_stats                  # D = 64, 128, 256
+//! cargo run --release -p lesson10 --example shader_stats -- --head-dims 64 --out stats/
+//! ```
+//!
+//! With `--out DIR`, each kernel's statistics and the driver's internal representations (where
+//! it gives any) are written to `DIR/<kernel>.txt`.
+
+use std::ffi::CStr;
+
+use ash::vk;
+use gpu::Gpu;
+use gpu::kernel::Checks;
+use lesson10::{Kernel, LeaveOut, PipelinedTiles, RegisterTiles, Shader, Tiles};
+
+/// naga's SPIR-V for `shader`'s entry point `flash_forward`, with the options wgpu uses.
+fn spirv(shader: &Shader) -> Result<Vec<u32>, String> {
+    let overrides = shader.overrides.iter().map(|&(name, value)| (name, value)).collect::<Vec<_>>();
+    gpu::kernel::spirv(&shader.source, "flash_forward", &overrides, shader.checks)
+        .map_err(|e| e.to_string())
+}
+
+/// A Vulkan error as text, naming the call that gave it.
+fn vk_err(what: &'static str) -> impl Fn(vk::Result) -> String {
+    move |e| format!("{what}: {e}")
+}
+
+/// A Vulkan device opened with every feature the adapter has and the extension that reports
+/// pipeline statistics.
+struct Vulkan {
+    _entry: ash::Entry,
+    instance: ash::Instance,
+    device: ash::Device,
+    executables: ash::khr::pipeline_executable_properties::Device,
+    layout: vk::PipelineLayout,
+    name: String,
+}
+
+impl Vulkan {
+    fn open() -> Result<Self, String> {
+        let entry = unsafe { ash::Entry::load() }.map_err(|e| format!("no Vulkan loader: {e}"))?;
+        let app = vk::ApplicationInfo::default().api_version(vk::API_VERSION_1_3);
+        let instance = unsafe {
+            entry.create_instance(&vk::InstanceCreateInfo::default().application_info(&app), None)
+        }
+        .map_err(vk_err("vkCreateInstance"))?;
+        let physical =
+            unsafe { instance.enumerate_physical_devices() }.map_err(vk_err("devices"))?;
+        let physical = *physical.first().ok_or("no Vulkan device")?;
+        let properties = unsafe { instance.get_physical_device_properties(physical) };
+        let name = properties.device_name_as_c_str().unwrap_or(c"?").to_string_lossy().into_owned();
+        let extensions = unsafe { instance.enumerate_device_extension_properties(physical) }
+            .map_err(vk_err("extensions"))?;
+        let has =
+            |wanted: &CStr| extensions.iter().any(|e| e.extension_name_as_c_str() == Ok(wanted));
+        let stats = ash::khr::pipeline_executable_properties::NAME;
+        if !has(stats) {
+            return Err(format!("{name}: the driver lacks {}", stats.to_string_lossy()));
+        }
+        let mut wanted = vec![stats.as_ptr()];
+        if has(ash::khr::cooperative_matrix::NAME) {
+            wanted.push(ash::khr::cooperative_matrix::NAME.as_ptr());
+        }
+        // Every feature the device has, switched on: the shaders need f16, 16-bit storage,
+        // subgroups, the memory model and cooperative matrices.
+        let mut v11 = vk::PhysicalDeviceVulkan11Features::default();
+        let mut v12 = vk::PhysicalDeviceVulkan12Features::default();
+        let mut v13 = vk::PhysicalDeviceVulkan13Features::default();
+        let mut coop = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default();
+        let mut exec = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default();
+        let mut features = vk::PhysicalDeviceFeatures2::default()
+            .push_next(&mut v11)
+            .push_next(&mut v12)
+            .push_next(&mut v13)
+            .push_next(&mut exec);
+        if wanted.len() > 1 {
+            features = features.push_next(&mut coop);
+        }
+        unsafe { instance.get_physical_device_features2(physical, &mut features) };
+        let families = unsafe { instance.get_physical_device_queue_family_properties(physical) };
+        let family = families
+            .iter()
+            .position(|f| f.queue_flags.contains(vk::QueueFlags::COMPUTE))
+            .ok_or("no compute queue")? as u32;
+        let queue = [vk::DeviceQueueCreateInfo::default()
+            .queue_family_index(family)
+            .queue_priorities(&[1.0])];
+        let create = vk::DeviceCreateInfo::default()
+            .queue_create_infos(&queue)
+            .enabled_extension_names(&wanted)
+            .push_next(&mut features);
+        let device = unsafe { instance.create_device(physical, &create, None) }
+            .map_err(vk_err("vkCreateDevice"))?;
+        let executables = ash::khr::pipeline_executable_properties::Device::new(&instance, &device);
+        // The bindings of every attention shader: the params uniform, then Q, K, V, O, L.
+        let bindings: Vec<_> = (0..6)
+            .map(|b| {
+                let ty = if b == 0 {
+                    vk::DescriptorType::UNIFORM_BUFFER
+                } else {
+                    vk::DescriptorType::STORAGE_BUFFER
+                };
+                vk::DescriptorSetLayoutBinding::default()
+                    .binding(b)
+                    .descriptor_type(ty)
+                    .descriptor_count(1)
+                    .stage_flags(vk::ShaderStageFlags::COMPUTE)
+            })
+            .collect();
+        let set_layout = unsafe {
+            device.create_descriptor_set_layout(
+                &vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings),
+                None,
+            )
+        }
+        .map_err(vk_err("descriptor set layout"))?;
+        let set_layouts = [set_layout];
+        let layout = unsafe {
+            device.create_pipeline_layout(
+                &vk::PipelineLayoutCreateInfo::default().set_layouts(&set_layouts),
+                None,
+            )
+        }
+        .map_err(vk_err("pipeline layout"))?;
+        Ok(Self { _entry: entry, instance, device, executables, layout, name })
+    }
+
+    /// The driver's statistics of `words` as a compute pipeline, as `name: value` lines, and its
+    /// internal representations (text ones only).
+    fn statistics(
+        &self,
+        words: &[u32],
+        entry: &CStr,
+    ) -> Result<(Vec<String>, Vec<String>), String> {
+        let module = unsafe {
+            self.device
+                .create_shader_module(&vk::ShaderModuleCreateInfo::default().code(words), None)
+        }
+        .map_err(vk_err("vkCreateShaderModule"))?;
+        let stage = vk::PipelineShaderStageCreateInfo::default()
+            .stage(vk::ShaderStageFlags::COMPUTE)
+            .module(module)
+            .name(entry);
+        let create =
+            vk::ComputePipelineCreateInfo::default().stage(stage).layout(self.layout).flags(
+                vk::PipelineCreateFlags::CAPTURE_STATISTICS_KHR
+                    | vk::PipelineCreateFlags::CAPTURE_INTERNAL_REPRESENTATIONS_KHR,
+            );
+        let pipeline = unsafe {
+            self.device.create_compute_pipelines(vk::PipelineCache::null(), &[create], None)
+        }
+        .map_err(|(_, e)| format!("vkCreateComputePipelines: {e}"))?[0];
+        let mut lines = Vec::new();
+        let mut representations = Vec::new();
+        let info = vk::PipelineInfoKHR::default().pipeline(pipeline);
+        let executables = unsafe { self.executables.get_pipeline_executable_properties(&info) }
+            .map_err(vk_err("executable properties"))?;
+        for index in 0..executables.len() as u32 {
+            let executable =
+                vk::PipelineExecutableInfoKHR::default().pipeline(pipeline).executable_index(index);
+            let stats = unsafe { self.executables.get_pipeline_executable_statistics(&executable) }
+                .map_err(vk_err("statistics"))?;
+            for stat in stats {
+                let name = stat.name_as_c_str().unwrap_or(c"?").to_string_lossy().into_owned();
+                let value = unsafe {
+                    match stat.format {
+                        vk::PipelineExecutableStatisticFormatKHR::BOOL32 => {
+                            stat.value.b32.to_string()
+                        }
+                        vk::PipelineExecutableStatisticFormatKHR::INT64 => {
+                            stat.value.i64.to_string()
+                        }
+                        vk::PipelineExecutableStatisticFormatKHR::UINT64 => {
+                            stat.value.u64.to_string()
+                        }
+                        _ => stat.value.f64.to_string(),
+                    }
+                };
+                lines.push(format!("{name}: {value}"));
+            }
+            representations.extend(self.representations(&executable)?);
+        }
+        unsafe {
+            self.device.destroy_pipeline(pipeline, None);
+            self.device.destroy_shader_module(module, None);
+        }
+        Ok((lines, representations))
+    }
+
+    /// The text internal representations of one executable (the driver's intermediate code or
+    /// machine code, where it exposes them).
+    fn representations(
+        &self,
+        executable: &vk::PipelineExecutableInfoKHR,
+    ) -> Result<Vec<String>, String> {
+        let fp = self.executables.fp();
+        let handle = self.device.handle();
+        let mut count = 0u32;
+        let call = |count: &mut u32, data: *mut vk::PipelineExecutableInternalRepresentationKHR| unsafe {
+            (fp.get_pipeline_executable_internal_representations_khr)(
+                handle, executable, count, data,
+            )
+        };
+        call(&mut count, std::ptr::null_mut())
+            .result()
+            .map_err(|e| format!("representations: {e}"))?;
+        let mut reps =
+            vec![vk::PipelineExecutableInternalRepresentationKHR::default(); count as usize];
+        call(&mut count, reps.as_mut_ptr())
+            .result()
+            .map_err(|e| format!("representations: {e}"))?;
+        let mut buffers: Vec<Vec<u8>> = reps.iter().map(|r| vec![0u8; r.data_size]).collect();
+        for (rep, buffer) in reps.iter_mut().zip(&mut buffers) {
+            rep.p_data = buffer.as_mut_ptr().cast();
+        }
+        call(&mut count, reps.as_mut_ptr())
+            .result()
+            .map_err(|e| format!("representations: {e}"))?;
+        Ok(reps
+            .iter()
+            .zip(&buffers)
+            .filter(|(rep, _)| rep.is_text == vk::TRUE)
+            .map(|(rep, buffer)| {
+                let name = rep.name_as_c_str().unwrap_or(c"?").to_string_lossy().into_owned();
+                let text = String::from_utf8_lossy(buffer).trim_end_matches('\0').to_string();
+                format!("== {name}\n{text}")
+            })
+            .collect())
+    }
+}
+
+impl Drop for Vulkan {
+    fn drop(&mut self) {
+        unsafe {
+            self.device.destroy_pipeline_layout(self.layout, None);
+            self.device.destroy_device(None);
+            self.instance.destroy_instance(None);
+        }
+    }
+}
+
+/// The kernels to report at `head_dim`: version 1 with its largest tiles, version 3, and every
+/// tile shape of versions 4 and 5 that fits the device.
+fn kernels(gpu: &Gpu, head_dim: usize) -> Vec<(String, Result<Kernel, String>)> {
+    let device = &gpu.device;
+    let available = device.limits().max_compute_workgroup_storage_size as usize;
+    let v1 = RegisterTiles::for_device(device, head_dim)
+        .and_then(|t| Kernel::register_tiles_with(device, head_dim, t));
+    let mut all = vec![
+        ("v1 register tiles".to_string(), v1.map_err(|e| e.to_string())),
+        (
+            "v3 no bounds checks".to_string(),
+            Kernel::tensor_cores(device, head_dim, Checks::Off).map_err(|e| e.to_string()),
+        ),
+    ];
+    for tiles in Tiles::tensor_core_shapes(head_dim) {
+        if tiles.workgroup_bytes(head_dim) <= available {
+            all.push((
+                tiles.describe(),
+                Kernel::with_tiles(device, head_dim, tiles).map_err(|e| e.to_string()),
+            ));
+        }
+    }
+    // Version 6 without its rescale, its output or both: which part keeps an array in memory.
+    if let Ok(best) = PipelinedTiles::for_device_in_registers(device, head_dim) {
+        for (what, leave_out) in [
+            ("rescale", LeaveOut::RESCALE),
+            ("output", LeaveOut::OUTPUT),
+            ("rescale, output", LeaveOut::RESCALE.and(LeaveOut::OUTPUT)),
+        ] {
+            let kernel = Kernel::in_registers_with(device, head_dim, best, leave_out);
+            let name = format!("{} without {what}", Tiles::InRegisters(best).describe());
+            all.push((name, kernel.map_err(|e| e.to_string())));
+        }
+    }
+    all
+}
+
+fn main() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1));
+    let head_dims: Vec<usize> = match value("--head-dims") {
+        Some(list) => list
+            .split(',')
+            .map(|x| x.parse().map_err(|_| format!("not a number: {x}")))
+            .collect::<Result<_, _>>()?,
+        None => vec![64, 128, 256],
+    };
+    let out = value("--out").map(std::path::PathBuf::from);
+    if let Some(dir) = &out {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    let gpu = Gpu::shared().map_err(|e| e.to_string())?;
+    let vulkan = Vulkan::open()?;
+    println!(
+        "Device: {} (statistics from {}); {}",
+        gpu.describe(),
+        vulkan.name,
+        bench::Machine::this().date
+    );
+    // The microbenchmark's kernels (examples/primitives.wgsl): fragments from registers and
+    // from workgroup memory at full speed, for comparison.
+    println!("\nprimitives.wgsl");
+    for (mode, products) in [(0, 4), (1, 2), (4, 4), (5, 4)] {
+        let constants = [("MODE", mode), ("PRODUCTS", products)];
+        let source = lesson10::specialise(include_str!("primitives.wgsl"), &constants)
+            .map_err(|e| e.to_string())?;
+        let words =
+            gpu::kernel::spirv(&source, "main", &[], Checks::Off).map_err(|e| e.to_string())?;
+        match vulkan.statistics(&words, c"main") {
+            Ok((lines, _)) => println!("mode {mode}, {products} products: {}", lines.join(", ")),
+            Err(e) => println!("mode {mode}: {e}"),
+        }
+    }
+    for head_dim in head_dims {
+        println!("\nD = {head_dim}");
+        for (name, kernel) in kernels(gpu, head_dim) {
+            let kernel = match kernel {
+                Ok(kernel) => kernel,
+                Err(e) => {
+                    println!("{name}: not built: {e}");
+                    continue;
+                }
+            };
+            let result = spirv(kernel.shader())
+                .and_then(|words| vulkan.statistics(&words, c"flash_forward"));
+            match result {
+                Ok((lines, representations)) => {
+                    println!("{name}: {}", lines.join(", "));
+                    if let Some(dir) = &out {
+                        let file: String = format!("d{head_dim} {name}")
+                            .chars()
+                            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+                            .collect();
+                        let text =
+                            format!("{}\n\n{}\n", lines.join("\n"), representations.join("\n\n"));
+                        std::fs::write(dir.join(format!("{file}.txt")), text)
+                            .map_err(|e| e.to_string())?;
+                    }
+                }
+                Err(e) => println!("{name}: {e}"),
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,193 @@
+//! How the tensor-core versions were tuned, and where their time goes.
+//!
+//! 1. Every tile shape of versions 4 to 6 ([`Tiles::tensor_core_shapes`]), each validated
+//!    against the f64 oracle, then timed at large N with and without the causal mask, version
+//!    3 beside them as the baseline. The fastest per head dimension is what
+//!    `SpecialisedTiles::for_device` and `PipelinedTiles::for_device` try first.
+//! 2. Version 6 with parts of its work left out ([`LeaveOut`]): the time each part costs is
+//!    the difference from the whole. Those outputs are wrong and not validated; they are
+//!    measurements, never kernels.
+//!
+//! ```text
+//! cargo run --release -p lesson10 --example tune                        # D = 64 and 128
+//! cargo run --release -p lesson10 --example tune -- --head-dims 64 --seqs 4096
+//! cargo run --release -p lesson10 --example tune -- --only v3,v6      # names starting so
+//! ```
+
+use std::sync::Arc;
+
+use bench::Repeats;
+use bench::report::{Cell, Table};
+use gpu::attention::{AttentionBuffers, AttentionKernel, Prepared, attention_on};
+use gpu::kernel::Checks;
+use gpu::{Gpu, GpuTimer};
+use lesson10::{Kernel, LeaveOut, PipelinedTiles, Tiles};
+use reference::{About, AttentionError, ForwardVersion, Problem, ProblemSpec, Tolerance};
+
+type Build = Arc<dyn Fn(&wgpu::Device, usize) -> Result<Kernel, AttentionError> + Send + Sync>;
+
+/// A kernel to time: its name, how to build it, and whether its output must be right.
+struct Candidate {
+    name: String,
+    build: Build,
+    validated: bool,
+}
+
+/// Version 3, every tile shape of versions 4 and 5 that fits, and version 5 with parts left
+/// out.
+fn candidates(device: &wgpu::Device, head_dim: usize) -> Vec<Candidate> {
+    let available = device.limits().max_compute_workgroup_storage_size as usize;
+    let mut all = vec![Candidate {
+        name: "v3 no bounds checks".into(),
+        build: Arc::new(|device, d| Kernel::tensor_cores(device, d, Checks::Off)),
+        validated: true,
+    }];
+    for tiles in Tiles::tensor_core_shapes(head_dim) {
+        if tiles.workgroup_bytes(head_dim) <= available {
+            all.push(Candidate {
+                name: tiles.describe(),
+                build: Arc::new(move |device, d| Kernel::with_tiles(device, d, tiles)),
+                validated: true,
+            });
+        }
+    }
+    let Ok(best) = PipelinedTiles::for_device_in_registers(device, head_dim) else { return all };
+    let parts = [
+        ("softmax", LeaveOut::SOFTMAX),
+        ("QK^T", LeaveOut::SCORES),
+        ("PV", LeaveOut::VALUES),
+        ("S store", LeaveOut::STORE_S),
+        ("K/V staging", LeaveOut::STAGING),
+        ("softmax, S store", LeaveOut::SOFTMAX.and(LeaveOut::STORE_S)),
+        ("QK^T, PV", LeaveOut::SCORES.and(LeaveOut::VALUES)),
+        ("all but the products", LeaveOut::SOFTMAX.and(LeaveOut::STORE_S).and(LeaveOut::STAGING)),
+    ];
+    for (what, leave_out) in parts {
+        all.push(Candidate {
+            name: format!("{} without {what}", Tiles::InRegisters(best).describe()),
+            build: Arc::new(move |device, d| Kernel::in_registers_with(device, d, best, leave_out)),
+            validated: false,
+        });
+    }
+    all
+}
+
+/// Median GPU seconds of `kernel` on the uploaded problem `io`; with `tolerance`, its output's
+/// first and last rows checked against the oracle first.
+fn time(
+    gpu: &Gpu,
+    timer: &GpuTimer,
+    kernel: &dyn AttentionKernel,
+    (problem, io): (&Problem, &AttentionBuffers),
+    tolerance: Option<Tolerance>,
+    repeats: Repeats,
+) -> Result<f64, String> {
+    let (device, queue) = (&gpu.device, &gpu.queue);
+    let prepared = Prepared::reusing(device, kernel, io).map_err(|e| e.to_string())?;
+    prepared.run(device, queue, None).map_err(|e| e.to_string())?;
+    if let Some(tolerance) = tolerance {
+        let out = prepared.read_output(device, queue).map_err(|e| e.to_string())?;
+        bench::validate_rows(&out, problem, tolerance)?;
+    }
+    let timings =
+        bench::timing::time_gpu(gpu, timer, &[prepared], repeats).map_err(|e| e.to_string())?;
+    Ok(timings.median())
+}
+
+fn main() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let list = |flag: &str, default: Vec<usize>| -> Result<Vec<usize>, String> {
+        let Some(i) = args.iter().position(|a| a == flag) else { return Ok(default) };
+        let value = args.get(i + 1).ok_or(format!("{flag} needs a list such as 1024,4096"))?;
+        value
+            .split(',')
+            .map(|x| x.parse().map_err(|_| format!("{flag}: {x:?} is not a number")))
+            .collect()
+    };
+    let head_dims = list("--head-dims", vec![64, 128])?;
+    let only: Vec<String> = match args.iter().position(|a| a == "--only") {
+        Some(i) => args
+            .get(i + 1)
+            .ok_or("--only needs a list such as v3,v6")?
+            .split(',')
+            .map(String::from)
+            .collect(),
+        None => Vec::new(),
+    };
+    let seqs = list("--seqs", vec![4096, 16384])?;
+    let gpu = Gpu::shared().map_err(|e| e.to_string())?;
+    let timer = GpuTimer::new(&gpu.device, &gpu.queue).map_err(|e| e.to_string())?;
+    println!("Device: {}; {}", gpu.describe(), bench::Machine::this().date);
+    let v2 = lesson10::versions().into_iter().find(|v| v.about.name == "v2 tensor cores");
+    let about = v2.ok_or("v2 is registered")?.about;
+    let (batch, heads) = (4, 16);
+
+    for head_dim in head_dims {
+        // 1. Every candidate that must be right is checked on small problems first.
+        let specs = [
+            ProblemSpec::new(1, 2, 333, 333, head_dim),
+            ProblemSpec::new(1, 2, 200, 333, head_dim).causal(true),
+        ];
+        let mut built: Vec<(String, Kernel, bool)> = Vec::new();
+        let mut chosen = candidates(&gpu.device, head_dim);
+        chosen.retain(|c| {
+            only.is_empty() || only.iter().any(|prefix| c.name.starts_with(prefix.as_str()))
+        });
+        for candidate in chosen {
+            let Candidate { name, build, validated } = candidate;
+            let checked = if validated {
+                let name: &'static str = Box::leak(name.clone().into_boxed_str());
+                let build = Arc::clone(&build);
+                let forward = ForwardVersion {
+                    about: About { name, ..about },
+                    forward: Box::new(move |q, k, v, o| {
+                        let kernel = build(&gpu.device, q.dim().3)?;
+                        attention_on(&gpu.device, &gpu.queue, &kernel, q, k, v, o)
+                    }),
+                };
+                bench::validate(&forward, &specs)
+            } else {
+                Ok(())
+            };
+            match checked.and_then(|()| build(&gpu.device, head_dim).map_err(|e| e.to_string())) {
+                Ok(kernel) => built.push((name, kernel, validated)),
+                Err(e) => println!("{name}: {e}"),
+            }
+        }
+        // 2. One problem per size for every kernel: making it takes longer than timing them.
+        let columns: Vec<(usize, bool)> =
+            [false, true].iter().flat_map(|&c| seqs.iter().map(move |&n| (n, c))).collect();
+        let mut tflops = vec![Vec::new(); built.len()];
+        for &(n, causal) in &columns {
+            let spec = ProblemSpec::new(batch, heads, n, n, head_dim).causal(causal);
+            let problem = Problem::random(&spec, 1);
+            let Some((_, first, _)) = built.first() else { break };
+            let p = &problem;
+            let io = AttentionBuffers::upload(&gpu.device, first, &p.q, &p.k, &p.v, &p.options)
+                .map_err(|e| e.to_string())?;
+            let flops =
+                4.0 * (batch * heads * n * n * head_dim) as f64 / (1.0 + causal as u8 as f64);
+            for ((name, kernel, validated), row) in built.iter().zip(&mut tflops) {
+                let tolerance = validated.then_some(about.tolerance);
+                let repeats = Repeats::new(3, 10);
+                let result = time(gpu, &timer, kernel, (&problem, &io), tolerance, repeats);
+                if let Err(e) = &result {
+                    println!("{name}, N={n}, causal={causal}: {e}");
+                }
+                row.push(result.ok().map(|s| flops / s / 1e12));
+            }
+        }
+        let mut header = vec![format!("D={head_dim}, TFLOP/s")];
+        header.extend(
+            columns.iter().map(|(n, c)| format!("N={n}{}", if *c { " causal" } else { "" })),
+        );
+        let mut table = Table::new(&header);
+        for ((name, ..), row) in built.iter().zip(&tflops) {
+            let mut cells = vec![Cell::Text(name.clone())];
+            cells.extend(row.iter().map(|t| Cell::or_missing(*t, 1, "failed")));
+            table.push(cells);
+        }
+        println!("\n{}", table.to_text());
+    }
+    Ok(())
+}

@@ -1,0 +1,54 @@
+//! Every tile shape of the specialised versions (4 to 6) at every head dimension they accept
+//! compiles: naga validates the source with its constants written in, translates it to
+//! SPIR-V, and every barrier is in uniform control flow. No GPU needed, so a shape that would
+//! only fail on a lent GPU with tensor cores fails here, in CI, first.
+
+use gpu::kernel::{Checks, spirv};
+use lesson10::{
+    LeaveOut, PipelinedTiles, SpecialisedTiles, V4_SPECIALISED, V5_PIPELINED, specialise,
+};
+
+fn compiles(label: &str, source: &str) -> Result<(), String> {
+    spirv(source, "flash_forward", &[], Checks::Off).map_err(|e| format!("{label}: {e}"))?;
+    gpu::uniformity::check_barriers(source).map_err(|e| format!("{label}: {e}"))
+}
+
+#[test]
+fn every_tile_shape_compiles_at_every_head_dim() {
+    let mut failures = Vec::new();
+    for head_dim in (16..=256).step_by(16) {
+        for tiles in SpecialisedTiles::tried(head_dim) {
+            let source = specialise(V4_SPECIALISED, &tiles.constants(head_dim)).unwrap();
+            failures.extend(compiles(&format!("v4 {tiles:?} D={head_dim}"), &source).err());
+        }
+        for tiles in PipelinedTiles::tried(head_dim) {
+            let source =
+                specialise(V5_PIPELINED, &tiles.constants(head_dim, LeaveOut::NOTHING)).unwrap();
+            failures.extend(compiles(&format!("v5 {tiles:?} D={head_dim}"), &source).err());
+        }
+        for tiles in PipelinedTiles::tried_in_registers(head_dim) {
+            let source = tiles.source_in_registers(head_dim, LeaveOut::NOTHING).unwrap();
+            failures.extend(compiles(&format!("v6 {tiles:?} D={head_dim}"), &source).err());
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn every_measurement_variant_compiles() {
+    let tiles = PipelinedTiles::tried(64)[0];
+    for bits in 0..128 {
+        if bits < 32 {
+            let source = specialise(V5_PIPELINED, &tiles.constants(64, LeaveOut(bits))).unwrap();
+            compiles(&format!("v5 leaving out {bits:#b}"), &source).unwrap();
+        }
+        let source = tiles.source_in_registers(64, LeaveOut(bits)).unwrap();
+        compiles(&format!("v6 leaving out {bits:#b}"), &source).unwrap();
+    }
+}
+
+#[test]
+fn a_constant_the_shader_lacks_is_an_error() {
+    let err = specialise(V5_PIPELINED, &[("NO_SUCH_CONSTANT", 1)]).unwrap_err();
+    assert!(err.to_string().contains("NO_SUCH_CONSTANT"), "{err}");
+}

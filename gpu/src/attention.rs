@@ -253,7 +253,7 @@ impl Prepared {
         io: &AttentionBuffers,
     ) -> Result<Self, AttentionError> {
         let alignment = kernel.row_alignment().max(1);
-        if kernel.storage() != io.storage || io.row_stride % alignment != 0 {
+        if kernel.storage() != io.storage || !io.row_stride.is_multiple_of(alignment) {
             return Err(GpuError::KernelMisuse(format!(
                 "buffers uploaded as {:?} with rows of {} cannot be reused by a kernel that reads \
                  {:?} with rows aligned to {alignment}; expected the same format and a row \

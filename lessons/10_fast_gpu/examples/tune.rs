@@ -12,6 +12,7 @@
 //! cargo run --release -p lesson10 --example tune                        # D = 64 and 128
 //! cargo run --release -p lesson10 --example tune -- --head-dims 64 --seqs 4096
 //! cargo run --release -p lesson10 --example tune -- --only v3,v6      # names starting so
+//! cargo run --release -p lesson10 --example tune -- --ablate 4x1x64   # parts left out of these
 //! ```
 
 use std::sync::Arc;
@@ -33,9 +34,13 @@ struct Candidate {
     validated: bool,
 }
 
-/// Version 3, every tile shape of versions 4 and 5 that fits, and version 5 with parts left
-/// out.
-fn candidates(device: &wgpu::Device, head_dim: usize) -> Vec<Candidate> {
+/// Version 3, every tile shape of versions 4 to 6 that fits, and version 6 with parts left
+/// out: with `ablate`'s tiles where they fit, else with the tiles version 6 chooses.
+fn candidates(
+    device: &wgpu::Device,
+    head_dim: usize,
+    ablate: Option<PipelinedTiles>,
+) -> Vec<Candidate> {
     let available = device.limits().max_compute_workgroup_storage_size as usize;
     let mut all = vec![Candidate {
         name: "v3 no bounds checks".into(),
@@ -51,7 +56,14 @@ fn candidates(device: &wgpu::Device, head_dim: usize) -> Vec<Candidate> {
             });
         }
     }
-    let Ok(best) = PipelinedTiles::for_device_in_registers(device, head_dim) else { return all };
+    let fits = |t: &PipelinedTiles| t.workgroup_bytes(head_dim) <= available;
+    let best = match ablate.filter(fits) {
+        Some(tiles) => tiles,
+        None => match PipelinedTiles::for_device_in_registers(device, head_dim) {
+            Ok(tiles) => tiles,
+            Err(_) => return all,
+        },
+    };
     let parts = [
         ("softmax", LeaveOut::SOFTMAX),
         ("QK^T", LeaveOut::SCORES),
@@ -115,6 +127,19 @@ fn main() -> Result<(), String> {
         None => Vec::new(),
     };
     let seqs = list("--seqs", vec![4096, 16384])?;
+    let ablate = match args.iter().position(|a| a == "--ablate") {
+        Some(i) => {
+            let shape = args.get(i + 1).ok_or("--ablate needs tiles such as 4x2x32")?;
+            let numbers: Vec<usize> = shape.split('x').filter_map(|x| x.parse().ok()).collect();
+            let [subgroups, row_tiles, block_kv] = numbers[..] else {
+                return Err(format!(
+                    "--ablate {shape}: expected SUBGROUPSxROW_TILESxKEYS, e.g. 4x2x32"
+                ));
+            };
+            Some(PipelinedTiles { subgroups, row_tiles, block_kv, transpose_v: false })
+        }
+        None => None,
+    };
     let gpu = Gpu::shared().map_err(|e| e.to_string())?;
     let timer = GpuTimer::new(&gpu.device, &gpu.queue).map_err(|e| e.to_string())?;
     println!("Device: {}; {}", gpu.describe(), bench::Machine::this().date);
@@ -129,7 +154,7 @@ fn main() -> Result<(), String> {
             ProblemSpec::new(1, 2, 200, 333, head_dim).causal(true),
         ];
         let mut built: Vec<(String, Kernel, bool)> = Vec::new();
-        let mut chosen = candidates(&gpu.device, head_dim);
+        let mut chosen = candidates(&gpu.device, head_dim, ablate);
         chosen.retain(|c| {
             only.is_empty() || only.iter().any(|prefix| c.name.starts_with(prefix.as_str()))
         });

@@ -14,7 +14,7 @@
 //! | 3 | `v2_tensor_cores.wgsl` | the same shader without wgpu's run-time bounds checks |
 //! | 4 | `v4_specialised.wgsl` | constants instead of overrides, 32 rows per subgroup, prefetch |
 //! | 5 | `v5_pipelined.wgsl` | software pipelining: products of one tile beside the softmax of the next, two barriers per tile |
-//! | 6 | `v6_registers.wgsl` | one function: no pointer to an array of fragments, so every fragment stays in registers |
+//! | 6 | `v6_registers.wgsl` | loops over fragments unrolled by the host ([`unroll`]): every fragment in registers |
 //!
 //! Every version runs through [`Kernel`], which compiles a version's shader for one head
 //! dimension and tile size and implements the course's [`AttentionKernel`], so the tests,
@@ -458,7 +458,7 @@ impl PipelinedTiles {
         let sensible = [1, 2].contains(&self.row_tiles)
             && [16, 32, 64].contains(&self.block_kv)
             && [1, 2, 4, 8].contains(&self.subgroups)
-            && head_dim % 16 == 0;
+            && head_dim.is_multiple_of(16);
         if !sensible {
             return Err(GpuError::KernelMisuse(format!(
                 "v5 pipelined: {self:?} at head_dim {head_dim}; expected 1 or 2 row tiles, 16, \
@@ -484,8 +484,7 @@ impl PipelinedTiles {
 
 /// `source` with each `const NAME: u32 = ...;` of `constants` given its value. A constant,
 /// unlike a pipeline-overridable one, can size an array of cooperative matrices, and loops over
-/// it have trip counts the driver sees when it compiles the shader, so it unrolls them and
-/// keeps every fragment in registers.
+/// it have trip counts known when the shader is compiled (which [`unroll`] relies on).
 pub fn specialise(source: &str, constants: &[(&str, usize)]) -> Result<String, AttentionError> {
     let mut text = source.to_string();
     for &(name, value) in constants {
@@ -721,7 +720,7 @@ impl Kernel {
         let sensible = [1, 2].contains(&tiles.row_tiles)
             && [32, 64].contains(&tiles.block_kv)
             && [1, 2, 4, 8].contains(&tiles.subgroups)
-            && (2 * tiles.block_kv * padded / 4) % threads == 0;
+            && (2 * tiles.block_kv * padded / 4).is_multiple_of(threads);
         if !sensible {
             return Err(GpuError::KernelMisuse(format!(
                 "v4 specialised: {tiles:?} at head_dim {padded}; expected 1 or 2 row tiles, 32 \
@@ -939,7 +938,7 @@ pub fn versions() -> Vec<KernelVersion> {
     }
     let v6 = About {
         name: "v6 registers",
-        change: "one function, no pointer to a fragment array: every fragment in registers",
+        change: "the host unrolls every loop over fragments: all of them in registers, none in memory",
         ..v2
     };
     fn in_registers(device: &wgpu::Device, d: usize) -> Built {

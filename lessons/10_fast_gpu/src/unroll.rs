@@ -24,6 +24,7 @@ use reference::AttentionError;
 
 const MARKER: &str = "// unroll";
 
+// ANCHOR: unroll
 /// `source` with every loop marked `// unroll` unrolled (see the module documentation).
 pub fn unroll(source: &str) -> Result<String, AttentionError> {
     let constants = u32_constants(source)?;
@@ -46,6 +47,7 @@ pub fn unroll(source: &str) -> Result<String, AttentionError> {
     }
     Ok(text)
 }
+// ANCHOR_END: unroll
 
 fn misuse(message: String) -> AttentionError {
     GpuError::KernelMisuse(message).into()

@@ -5,9 +5,9 @@
 //   - Constants, not overrides. The host writes HEAD_DIM, BLOCK_KV, SUBGROUPS, ROW_TILES and
 //     PREFETCH into the source before compiling (`specialise` in lib.rs). Every array of
 //     cooperative matrices then has exactly the size it needs and every loop over them a
-//     constant trip count: the driver unrolls the loops and keeps each fragment in registers.
-//     Version 2 sized them for the largest head dimension and indexed them with a
-//     pipeline-time bound; on an H100 that ran 2 to 3 times slower.
+//     constant trip count. Version 2 sized them for the largest head dimension (16
+//     fragments) and indexed them with a pipeline-time bound. (The driver still keeps some
+//     of these arrays in local memory, its statistics show: version 6 is about that.)
 //   - Independent multiply-adds. S for all BLOCK_KV / 16 key blocks (and, with ROW_TILES = 2,
 //     both 16-row tiles) is accumulated at once, head-dimension slice by slice, so several
 //     tensor-core products are in flight instead of one chain waiting on itself.
@@ -105,7 +105,6 @@ fn minus_infinity() -> f32 {
     return bitcast<f32>(bits);
 }
 
-// ANCHOR: prefetch
 // This thread's share of one tile of keys from global memory: K's rows then V's, element e of
 // the 2 BLOCK_KV x CHUNKS vec4s for e = thread, thread + THREADS, ... (zeros past Nkv).
 fn fetch(slice: u32, kv_start: u32, thread: u32) -> array<vec4<f16>, STAGED> {
@@ -133,7 +132,6 @@ fn stash(staged: array<vec4<f16>, STAGED>, thread: u32) {
         kv_tile[(e / CHUNKS) * KV_STRIDE + e % CHUNKS] = staged[i];
     }
 }
-// ANCHOR_END: prefetch
 
 // The workgroup's BLOCK_Q rows of Q into kv_tile, zeros past Nq.
 fn stage_queries(slice: u32, q_start: u32, thread: u32) {
@@ -207,7 +205,6 @@ fn flash_forward(
             staged = fetch(slice, kv_start + BLOCK_KV, thread);   // in flight during 2 to 4
         }
 
-        // ANCHOR: scores
         // S = Q K^T, all key blocks and row tiles at once: one K fragment loaded from
         // workgroup memory feeds ROW_TILES products, and KEY_BLOCKS x ROW_TILES independent
         // products are in flight per slice of the head dimension.
@@ -226,7 +223,6 @@ fn flash_forward(
                 store_s(s[r * KEY_BLOCKS + kb], (first_row + 16u * r) * S_STRIDE + kb * 4u);
             }
         }
-        // ANCHOR_END: scores
         workgroupBarrier();
 
         // The softmax, LANES_PER_ROW lanes per row: scores in log2 units, masked on tiles that

@@ -21,8 +21,14 @@
 //     current ones are staged, so each has a whole phase of products to arrive.
 //   - Conflict-free strides: each row of S is padded so that the 2 lanes of a row and the
 //     rows next to each other fall in different memory banks (see the strides below).
+//   - TRANSPOSE_V = 1 stages V transposed, so that the tensor cores read it column-major like
+//     K. Measured on an H100, it was no faster (the tuning table), so the registered kernel
+//     reads V row-major; the option stays for the comparison.
 //
-// LEAVE_OUT is for measurements only (examples/anatomy.rs): each bit removes one part of the
+// Measured, this version is only 1.3 times version 4 (the chapter's tables): the products
+// themselves, not the barriers, turned out to be what was slow. Version 6 says why.
+//
+// LEAVE_OUT is for measurements only (examples/tune.rs): each bit removes one part of the
 // work so that its cost shows as a difference in time. Every registered kernel has 0; with
 // any other value the output is wrong.
 //
@@ -33,7 +39,6 @@
 enable f16;
 enable wgpu_cooperative_matrix;
 
-// ANCHOR: constants
 // Set by the host before compiling (these values are only the defaults the shader test uses).
 const HEAD_DIM: u32 = 64u;           // a multiple of 16
 const BLOCK_KV: u32 = 64u;           // keys per tile: 16, 32 or 64
@@ -41,7 +46,6 @@ const SUBGROUPS: u32 = 4u;           // subgroups of 32 threads per workgroup
 const ROW_TILES: u32 = 1u;           // 16-row query tiles per subgroup: 1 or 2
 const TRANSPOSE_V: u32 = 1u;         // 1: V staged as V^T, read as a column-major B operand
 const LEAVE_OUT: u32 = 0u;           // measurements only: see above and `LeaveOut` in lib.rs
-// ANCHOR_END: constants
 
 const RUN_SOFTMAX: bool = (LEAVE_OUT & 1u) == 0u;   // 1: no reads of S, exponentials, P
 const RUN_SCORES: bool = (LEAVE_OUT & 2u) == 0u;    // 2: no S = Q K^T (S stored as zeros)
@@ -119,7 +123,6 @@ fn minus_infinity() -> f32 {
     return bitcast<f32>(bits);
 }
 
-// ANCHOR: staging
 // This thread's share of rows [first, first + BLOCK_KV) of K (from_k) or V: elements
 // e = thread + i * THREADS of the tile's BLOCK_KV x CHUNKS vec4s; zeros past Nkv.
 fn fetch(from_k: bool, slice: u32, first: u32, thread: u32) -> array<vec4<f16>, STAGED> {
@@ -193,7 +196,6 @@ fn stash_values_transposed(staged: array<vec4<f16>, 4u * STAGED_VT>, thread: u32
         kv_tile[V_AT + (d + 3u) * VT_STRIDE + group] = vec4<f16>(x0.w, x1.w, x2.w, x3.w);
     }
 }
-// ANCHOR_END: staging
 
 // The workgroup's BLOCK_Q rows of Q into kv_tile, zeros past Nq.
 fn stage_queries(slice: u32, q_start: u32, thread: u32) {
@@ -213,7 +215,6 @@ fn store_s(tile: coop_mat16x16<f32, C>, at: u32) {
     coopStoreT(tile, &s_tile[at], S_STRIDE);
 }
 
-// ANCHOR: products
 // The tensor-core phase. O += P V for the previous tile: one V fragment loaded from
 // workgroup memory feeds ROW_TILES products, FRAGMENTS x ROW_TILES independent ones per
 // 16 keys, so several are in flight at once.
@@ -264,7 +265,6 @@ fn scores(q_frag: ptr<function, array<coop_mat16x16<f16, A>, ROW_TILES * FRAGMEN
         }
     }
 }
-// ANCHOR_END: products
 
 @compute @workgroup_size(THREADS)
 fn flash_forward(
@@ -387,7 +387,6 @@ fn flash_forward(
     }
 }
 
-// ANCHOR: softmax
 // One row's part of the tile: scores in log2 units, masked on tiles that cross the diagonal
 // or the end of the keys, the row max through the partner lane, the lazy max (kept unless
 // the tile's exceeds it by more than LAZY_RESCALE), P = exp2(S - m) as f16.
@@ -438,7 +437,6 @@ fn softmax(
         p_tile[my_row * P_STRIDE + c * LANES_PER_ROW + part] = vec4<f16>(p);
     }
 }
-// ANCHOR_END: softmax
 
 // Multiplies row i of every O fragment by row_rescale[i]: each fragment goes through the
 // subgroup's rows of s_tile (S is no longer needed there), its lanes scale their row's part,

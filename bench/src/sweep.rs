@@ -168,6 +168,7 @@ impl Sweep {
                 prepared
             }
         };
+        prepared[0].io.poison_output(queue);
         prepared[0].run(device, queue, None)?;
         let out = prepared[0].read_output(device, queue)?;
         crate::validate_rows(&out, &problems[0], tolerance).map_err(Missing::Failed)?;

@@ -94,8 +94,8 @@ pub const WARM_UP_SECONDS: f64 = 0.2;
 
 // ANCHOR: time_gpu
 /// GPU times of prepared kernels from timestamp queries (the time the GPU spent in the
-/// compute pass, not the host's wait): `repeats.warmups` untimed launches (more if they take
-/// under [`WARM_UP_SECONDS`] together), then
+/// compute pass, not the host's wait): `repeats.warmups` untimed samples (more if they take
+/// under [`WARM_UP_SECONDS`] together; none with 0), then
 /// `repeats.timed` timed samples, taking the prepared input sets in turn. A sample is one
 /// launch, or on a problem that takes under [`SAMPLE_SECONDS`] several launches back to back
 /// in one pass (their mean): a GPU left idle between launches lowers its clock within a
@@ -117,20 +117,19 @@ pub fn time_gpu(
     let (device, queue) = (&gpu.device, &gpu.queue);
     let mut turns = prepared.iter().cycle();
     let no_time = || GpuError::Lost("a timed launch returned no time".into());
-    // Warm-ups: at least the number asked for, and as many more as keep the GPU busy for
-    // WARM_UP_SECONDS (its clock rises under load over tens of milliseconds).
-    let (mut warmed, mut busy, mut last) = (0, 0.0, f64::INFINITY);
-    while warmed < repeats.warmups || (busy < WARM_UP_SECONDS && warmed < 1000) {
-        let run = turns.next().expect("cycling over a non-empty list");
-        last = run.run(device, queue, Some(timer))?.ok_or_else(no_time)?;
-        (warmed, busy) = (warmed + 1, busy + last);
-    }
-    let once = if last.is_finite() {
-        last
-    } else {
-        prepared[0].run(device, queue, Some(timer))?.ok_or_else(no_time)?
-    };
+    let once = prepared[0].run(device, queue, Some(timer))?.ok_or_else(no_time)?;
     let launches = (SAMPLE_SECONDS / once.max(1e-9)).ceil().clamp(1.0, 100.0) as usize;
+    // Warm-ups: the number asked for, each of `launches` back to back, and (unless none is
+    // asked for) as many more as keep the GPU busy for WARM_UP_SECONDS: its clock rises
+    // under load over tens of milliseconds.
+    let mut busy = 0.0;
+    for warmed in 0.. {
+        if warmed >= repeats.warmups && (repeats.warmups == 0 || busy >= WARM_UP_SECONDS) {
+            break;
+        }
+        let run = turns.next().expect("cycling over a non-empty list");
+        busy += run.run_repeated(device, queue, Some(timer), launches)?.ok_or_else(no_time)?;
+    }
     let mut seconds = Vec::with_capacity(repeats.timed);
     for run in turns.take(repeats.timed) {
         let time = run.run_repeated(device, queue, Some(timer), launches)?.ok_or_else(no_time)?;

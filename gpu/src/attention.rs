@@ -114,6 +114,16 @@ impl AttentionBuffers {
         })
     }
 
+    /// Fills O and L with NaN, so that a kernel that leaves an element unwritten is caught
+    /// by the next check of its output (buffers shared between kernels would otherwise still
+    /// hold the previous kernel's answer).
+    pub fn poison_output(&self, queue: &wgpu::Queue) {
+        for buffer in [&self.o, &self.lse] {
+            let nans = vec![f32::NAN; buffer.size() as usize / 4];
+            queue.write_buffer(buffer, 0, bytemuck::cast_slice(&nans));
+        }
+    }
+
     /// Bytes of the six buffers on the device.
     pub fn bytes(&self) -> u64 {
         [&self.params, &self.q, &self.k, &self.v, &self.o, &self.lse].iter().map(|b| b.size()).sum()
@@ -252,12 +262,13 @@ impl Prepared {
         kernel: &(impl AttentionKernel + ?Sized),
         io: &AttentionBuffers,
     ) -> Result<Self, AttentionError> {
-        let alignment = kernel.row_alignment().max(1);
-        if kernel.storage() != io.storage || !io.row_stride.is_multiple_of(alignment) {
+        // A kernel works out the row stride from D and its own alignment, so the upload's
+        // must be exactly that one.
+        let stride = io.shape.head_dim.next_multiple_of(kernel.row_alignment().max(1));
+        if kernel.storage() != io.storage || io.row_stride != stride {
             return Err(GpuError::KernelMisuse(format!(
                 "buffers uploaded as {:?} with rows of {} cannot be reused by a kernel that reads \
-                 {:?} with rows aligned to {alignment}; expected the same format and a row \
-                 stride it divides",
+                 {:?} with rows of {stride}; expected the same format and row stride",
                 io.storage,
                 io.row_stride,
                 kernel.storage()

@@ -30,6 +30,16 @@ fn spirv(shader: &Shader) -> Result<Vec<u32>, String> {
         .map_err(|e| e.to_string())
 }
 
+/// The bindings of every attention shader: the params uniform, then Q, K, V, O and L.
+const ATTENTION_BINDINGS: [vk::DescriptorType; 6] = [
+    vk::DescriptorType::UNIFORM_BUFFER,
+    vk::DescriptorType::STORAGE_BUFFER,
+    vk::DescriptorType::STORAGE_BUFFER,
+    vk::DescriptorType::STORAGE_BUFFER,
+    vk::DescriptorType::STORAGE_BUFFER,
+    vk::DescriptorType::STORAGE_BUFFER,
+];
+
 /// A Vulkan error as text, naming the call that gave it.
 fn vk_err(what: &'static str) -> impl Fn(vk::Result) -> String {
     move |e| format!("{what}: {e}")
@@ -42,7 +52,6 @@ struct Vulkan {
     instance: ash::Instance,
     device: ash::Device,
     executables: ash::khr::pipeline_executable_properties::Device,
-    layout: vk::PipelineLayout,
     name: String,
 }
 
@@ -102,46 +111,43 @@ impl Vulkan {
         let device = unsafe { instance.create_device(physical, &create, None) }
             .map_err(vk_err("vkCreateDevice"))?;
         let executables = ash::khr::pipeline_executable_properties::Device::new(&instance, &device);
-        // The bindings of every attention shader: the params uniform, then Q, K, V, O, L.
-        let bindings: Vec<_> = (0..6)
-            .map(|b| {
-                let ty = if b == 0 {
-                    vk::DescriptorType::UNIFORM_BUFFER
-                } else {
-                    vk::DescriptorType::STORAGE_BUFFER
-                };
+        Ok(Self { _entry: entry, instance, device, executables, name })
+    }
+
+    /// A pipeline layout of one descriptor set whose bindings 0, 1, ... have these types.
+    fn layout(
+        &self,
+        types: &[vk::DescriptorType],
+    ) -> Result<(vk::DescriptorSetLayout, vk::PipelineLayout), String> {
+        let bindings: Vec<_> = (0..)
+            .zip(types)
+            .map(|(binding, &ty)| {
                 vk::DescriptorSetLayoutBinding::default()
-                    .binding(b)
+                    .binding(binding)
                     .descriptor_type(ty)
                     .descriptor_count(1)
                     .stage_flags(vk::ShaderStageFlags::COMPUTE)
             })
             .collect();
-        let set_layout = unsafe {
-            device.create_descriptor_set_layout(
-                &vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings),
-                None,
-            )
-        }
-        .map_err(vk_err("descriptor set layout"))?;
+        let info = vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings);
+        let set_layout = unsafe { self.device.create_descriptor_set_layout(&info, None) }
+            .map_err(vk_err("descriptor set layout"))?;
         let set_layouts = [set_layout];
-        let layout = unsafe {
-            device.create_pipeline_layout(
-                &vk::PipelineLayoutCreateInfo::default().set_layouts(&set_layouts),
-                None,
-            )
-        }
-        .map_err(vk_err("pipeline layout"))?;
-        Ok(Self { _entry: entry, instance, device, executables, layout, name })
+        let info = vk::PipelineLayoutCreateInfo::default().set_layouts(&set_layouts);
+        let layout = unsafe { self.device.create_pipeline_layout(&info, None) }
+            .map_err(vk_err("pipeline layout"))?;
+        Ok((set_layout, layout))
     }
 
-    /// The driver's statistics of `words` as a compute pipeline, as `name: value` lines, and its
-    /// internal representations (text ones only).
+    /// The driver's statistics of `words` as a compute pipeline whose bindings have the types
+    /// `bindings`, as `name: value` lines, and its internal representations (text ones only).
     fn statistics(
         &self,
         words: &[u32],
         entry: &CStr,
+        bindings: &[vk::DescriptorType],
     ) -> Result<(Vec<String>, Vec<String>), String> {
+        let (set_layout, layout) = self.layout(bindings)?;
         let module = unsafe {
             self.device
                 .create_shader_module(&vk::ShaderModuleCreateInfo::default().code(words), None)
@@ -151,11 +157,10 @@ impl Vulkan {
             .stage(vk::ShaderStageFlags::COMPUTE)
             .module(module)
             .name(entry);
-        let create =
-            vk::ComputePipelineCreateInfo::default().stage(stage).layout(self.layout).flags(
-                vk::PipelineCreateFlags::CAPTURE_STATISTICS_KHR
-                    | vk::PipelineCreateFlags::CAPTURE_INTERNAL_REPRESENTATIONS_KHR,
-            );
+        let create = vk::ComputePipelineCreateInfo::default().stage(stage).layout(layout).flags(
+            vk::PipelineCreateFlags::CAPTURE_STATISTICS_KHR
+                | vk::PipelineCreateFlags::CAPTURE_INTERNAL_REPRESENTATIONS_KHR,
+        );
         let pipeline = unsafe {
             self.device.create_compute_pipelines(vk::PipelineCache::null(), &[create], None)
         }
@@ -193,6 +198,8 @@ impl Vulkan {
         unsafe {
             self.device.destroy_pipeline(pipeline, None);
             self.device.destroy_shader_module(module, None);
+            self.device.destroy_pipeline_layout(layout, None);
+            self.device.destroy_descriptor_set_layout(set_layout, None);
         }
         Ok((lines, representations))
     }
@@ -242,7 +249,6 @@ impl Vulkan {
 impl Drop for Vulkan {
     fn drop(&mut self) {
         unsafe {
-            self.device.destroy_pipeline_layout(self.layout, None);
             self.device.destroy_device(None);
             self.instance.destroy_instance(None);
         }
@@ -250,7 +256,7 @@ impl Drop for Vulkan {
 }
 
 /// The kernels to report at `head_dim`: version 1 with its largest tiles, version 3, and every
-/// tile shape of versions 4 and 5 that fits the device.
+/// tile shape of versions 4 to 6 that fits the device.
 fn kernels(gpu: &Gpu, head_dim: usize) -> Vec<(String, Result<Kernel, String>)> {
     let device = &gpu.device;
     let available = device.limits().max_compute_workgroup_storage_size as usize;
@@ -317,7 +323,7 @@ fn main() -> Result<(), String> {
             .map_err(|e| e.to_string())?;
         let words =
             gpu::kernel::spirv(&source, "main", &[], Checks::Off).map_err(|e| e.to_string())?;
-        match vulkan.statistics(&words, c"main") {
+        match vulkan.statistics(&words, c"main", &[vk::DescriptorType::STORAGE_BUFFER]) {
             Ok((lines, _)) => println!("mode {mode}, {products} products: {}", lines.join(", ")),
             Err(e) => println!("mode {mode}: {e}"),
         }
@@ -333,7 +339,7 @@ fn main() -> Result<(), String> {
                 }
             };
             let result = spirv(kernel.shader())
-                .and_then(|words| vulkan.statistics(&words, c"flash_forward"));
+                .and_then(|words| vulkan.statistics(&words, c"flash_forward", &ATTENTION_BINDINGS));
             match result {
                 Ok((lines, representations)) => {
                     println!("{name}: {}", lines.join(", "));

@@ -96,6 +96,7 @@ fn time(
 ) -> Result<f64, String> {
     let (device, queue) = (&gpu.device, &gpu.queue);
     let prepared = Prepared::reusing(device, kernel, io).map_err(|e| e.to_string())?;
+    io.poison_output(queue);
     prepared.run(device, queue, None).map_err(|e| e.to_string())?;
     if let Some(tolerance) = tolerance {
         let out = prepared.read_output(device, queue).map_err(|e| e.to_string())?;

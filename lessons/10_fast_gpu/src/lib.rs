@@ -187,7 +187,7 @@ impl SpecialisedTiles {
         kv_rows * (head_dim + 8) * 2 + rows * (keys + 4) * 4 + rows * (keys + 8) * 2 + rows * 4 + 16
     }
 
-    /// The tiles measured fastest on an H100 at `head_dim` (the chapter's tuning table),
+    /// The tiles measured fastest on an H100 at `head_dim` (examples/tune.rs, 2026-11-25),
     /// then smaller ones, the first that fits `device`.
     pub fn for_device(device: &wgpu::Device, head_dim: usize) -> Result<Self, AttentionError> {
         let available = device.limits().max_compute_workgroup_storage_size as usize;
@@ -214,7 +214,7 @@ impl SpecialisedTiles {
 
     /// Every tile shape the tuning example times and the tests check at `head_dim`: each
     /// knob changed one at a time around a few starting points (two row tiles only up to
-    /// D = 128, where their fragments still fit in registers).
+    /// D = 128: beyond, their fragments would not fit in 255 registers).
     pub fn tried(head_dim: usize) -> Vec<Self> {
         let tiles = |subgroups, row_tiles, block_kv, prefetch| SpecialisedTiles {
             subgroups,
@@ -261,7 +261,7 @@ pub struct PipelinedTiles {
     pub transpose_v: bool,
 }
 
-/// Parts of version 5's work left out, to measure what each costs (the anatomy example);
+/// Parts of version 5's or 6's work left out, to measure what each costs (examples/tune.rs);
 /// any but [`LeaveOut::NOTHING`] gives a wrong answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LeaveOut(pub u32);
@@ -312,7 +312,7 @@ impl PipelinedTiles {
             + 16
     }
 
-    /// The tiles measured fastest on an H100 at `head_dim` (the chapter's tuning table),
+    /// The tiles measured fastest on an H100 at `head_dim` (examples/tune.rs, 2026-11-25),
     /// then smaller ones, the first that fits `device`.
     pub fn for_device(device: &wgpu::Device, head_dim: usize) -> Result<Self, AttentionError> {
         let available = device.limits().max_compute_workgroup_storage_size as usize;
@@ -453,15 +453,15 @@ impl PipelinedTiles {
         ]
     }
 
-    /// Whether version 5 accepts these tiles at `head_dim` (a multiple of 16).
-    pub fn check(&self, head_dim: usize) -> Result<(), AttentionError> {
+    /// Whether `version` (5 or 6) accepts these tiles at `head_dim` (a multiple of 16).
+    pub fn check(&self, version: &str, head_dim: usize) -> Result<(), AttentionError> {
         let sensible = [1, 2].contains(&self.row_tiles)
             && [16, 32, 64].contains(&self.block_kv)
             && [1, 2, 4, 8].contains(&self.subgroups)
             && head_dim.is_multiple_of(16);
         if !sensible {
             return Err(GpuError::KernelMisuse(format!(
-                "v5 pipelined: {self:?} at head_dim {head_dim}; expected 1 or 2 row tiles, 16, \
+                "{version}: {self:?} at head_dim {head_dim}; expected 1 or 2 row tiles, 16, \
                  32 or 64 keys, 1 to 8 subgroups, a head_dim that is a multiple of 16"
             ))
             .into());
@@ -539,7 +539,7 @@ impl Tiles {
 }
 
 impl Tiles {
-    /// Every tile shape of the tensor-core versions 4 and 5 that the tuning example times and
+    /// Every tile shape of the tensor-core versions 4 to 6 that the tuning example times and
     /// the tests check at `head_dim` (a multiple of 16).
     pub fn tensor_core_shapes(head_dim: usize) -> Vec<Tiles> {
         let v4 = SpecialisedTiles::tried(head_dim).into_iter().map(Tiles::Specialised);
@@ -760,7 +760,7 @@ impl Kernel {
     ) -> Result<Self, AttentionError> {
         check_tensor_cores(device, head_dim, "v5 pipelined")?;
         let padded = head_dim.next_multiple_of(16);
-        tiles.check(padded)?;
+        tiles.check("v5 pipelined", padded)?;
         let available = device.limits().max_compute_workgroup_storage_size as usize;
         let needed = tiles.workgroup_bytes(padded);
         if needed > available {
@@ -793,7 +793,7 @@ impl Kernel {
     ) -> Result<Self, AttentionError> {
         check_tensor_cores(device, head_dim, "v6 registers")?;
         let padded = head_dim.next_multiple_of(16);
-        tiles.check(padded)?;
+        tiles.check("v6 registers", padded)?;
         let tiles = PipelinedTiles { transpose_v: false, ..tiles };
         let available = device.limits().max_compute_workgroup_storage_size as usize;
         let needed = tiles.workgroup_bytes(padded);

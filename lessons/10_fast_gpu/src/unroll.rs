@@ -11,11 +11,12 @@
 //!
 //! where `FRAGMENTS` is a `u32` constant of the shader (after [`crate::specialise`] has set
 //! the host's values), becomes `FRAGMENTS` blocks `{ let f = 0u; BODY }`, `{ let f = 1u; BODY }`,
-//! ... . Nested marked loops are unrolled too. Every index into an array of cooperative
-//! matrices is then a constant expression, which is what keeps such an array in registers:
-//! measured on an H100 (2026-11-25, examples/shader_stats.rs), the driver kept the fragment
-//! arrays of versions 4 to 6 in local memory (64 to 768 bytes per thread, exactly their
-//! size) although it kept those of a small microbenchmark in registers.
+//! ... . Nested marked loops are unrolled too. The body must run straight through (no
+//! `break`, `continue` or block comments). Every index into an array of cooperative matrices
+//! is then a constant expression, which is what keeps such an array in registers: measured
+//! on an H100 (2026-11-25, examples/shader_stats.rs), the driver kept the fragment arrays of
+//! versions 4 and 5 in local memory (128 to 1024 bytes per thread, their size) although it
+//! kept those of a small microbenchmark in registers; version 6, unrolled, has none.
 
 use std::collections::HashMap;
 
@@ -74,15 +75,23 @@ fn marked_loop(
 ) -> Result<(usize, usize, String, String, String), AttentionError> {
     let line_start = text[..marker].rfind('\n').map_or(0, |i| i + 1);
     let after = marker + MARKER.len();
-    let header_start = after
-        + text[after..]
-            .find("for (")
-            .ok_or_else(|| misuse("`// unroll` is not followed by a `for` loop".to_string()))?;
+    let header_start = after + text[after..].find(|c: char| !c.is_whitespace()).unwrap_or(0);
+    if !text[header_start..].starts_with("for (") {
+        return Err(misuse("`// unroll` must be the line right before a `for` loop".to_string()));
+    }
     let open = header_start + text[header_start..].find('{').expect("a loop has a body");
     let header = &text[header_start..open];
     let (variable, bound) = parse_header(header)?;
     let close = matching_brace(text, open)?;
     let body = text[open + 1..close].to_string();
+    // In a copy of the body, `break` or `continue` would act on the loop around it.
+    let words = |w: &str| body.split(|c: char| !c.is_alphanumeric() && c != '_').any(|x| x == w);
+    if words("break") || words("continue") || body.contains("/*") {
+        return Err(misuse(format!(
+            "the `// unroll` loop over `{variable}` holds `break`, `continue` or a block comment; \
+             expected a body that runs straight through"
+        )));
+    }
     Ok((line_start, close + 1, variable, bound, body))
 }
 
@@ -195,6 +204,17 @@ fn f() -> u32 {
         let text = unroll(&source).unwrap();
         assert_eq!(text.matches("for (").count(), 1, "{text}");
         assert_eq!(text.matches("let j = ").count(), 3, "{text}");
+    }
+
+    #[test]
+    fn a_marker_away_from_its_loop_or_a_body_that_jumps_is_an_error() {
+        let marked = "    // unroll\n    for (var i";
+        let source = SHADER.replacen(marked, "    // unroll\n    total = 1u;\n    for (var i", 1);
+        let err = unroll(&source).unwrap_err().to_string();
+        assert!(err.contains("right before a `for` loop"), "{err}");
+        let source = SHADER.replace("total += i * 10u + j;", "if j == 1u { break; }");
+        let err = unroll(&source).unwrap_err().to_string();
+        assert!(err.contains("`break`, `continue`"), "{err}");
     }
 
     #[test]

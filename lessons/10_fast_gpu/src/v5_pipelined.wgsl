@@ -22,7 +22,7 @@
 //   - Conflict-free strides: each row of S is padded so that the 2 lanes of a row and the
 //     rows next to each other fall in different memory banks (see the strides below).
 //   - TRANSPOSE_V = 1 stages V transposed, so that the tensor cores read it column-major like
-//     K. Measured on an H100, it was no faster (the tuning table), so the registered kernel
+//     K. Measured on an H100 (examples/tune.rs), it was no faster, so the registered kernel
 //     reads V row-major; the option stays for the comparison.
 //
 // Measured, this version is only 1.3 times version 4 (the chapter's tables): the products
@@ -275,7 +275,6 @@ fn flash_forward(
 ) {
     let slice = tile.y;
     let q_start = tile.x * BLOCK_Q;
-    let scale = params.scale * LOG2_E;
     let neg_inf = minus_infinity();
     let first_row = sg * SUBGROUP_ROWS;               // the subgroup's rows of the tile
     let my_row = first_row + lane / LANES_PER_ROW;    // this lane's row for the softmax

@@ -84,7 +84,7 @@ fn with_tensor_core_tiles(tiles: Tiles) -> impl Forward {
     }
 }
 
-/// Every tile shape of versions 4 and 5 at `head_dim` that fits the test device, if it has
+/// Every tile shape of versions 4 to 6 at `head_dim` that fits the test device, if it has
 /// tensor cores (none on lavapipe).
 fn tensor_core_shapes(head_dim: usize) -> Vec<Tiles> {
     let Some(gpu) = gpu::for_tests().filter(|gpu| gpu.has_tensor_cores()) else {
@@ -116,7 +116,7 @@ proptest! {
     }
 }
 
-/// Every tile shape of versions 4 and 5 on keys whose scores grow along the sequence (the
+/// Every tile shape of versions 4 to 6 on keys whose scores grow along the sequence (the
 /// lazy rescale runs), at the head dimensions FlashAttention-2 supports.
 #[test]
 fn tensor_core_tiles_rescale_correctly() {
@@ -145,6 +145,25 @@ fn head_dims_64_128_256_tails_and_causal_offsets() {
                     let case = Case { spec, seed: 3 };
                     check_against_oracle(&forward, &case, version.about.tolerance)
                         .unwrap_or_else(|e| panic!("{}, {case:?}: {e}", version.about.name));
+                }
+            }
+        }
+    }
+}
+
+/// Every tile shape of versions 4 to 6, not only the ones each version picks, on the tails
+/// and causal offsets above (a random case per shape is too few to be sure of every edge).
+#[test]
+fn every_tensor_core_tile_shape_on_tails_and_causal_offsets() {
+    for head_dim in [64, 128] {
+        for tiles in tensor_core_shapes(head_dim) {
+            let forward = with_tensor_core_tiles(tiles);
+            for (q_len, kv_len) in [(65, 33), (33, 65), (1, 97), (97, 1)] {
+                for causal in [false, true] {
+                    let spec = ProblemSpec::new(1, 2, q_len, kv_len, head_dim).causal(causal);
+                    let case = Case { spec, seed: 4 };
+                    check_against_oracle(&forward, &case, tensor_core_tolerance())
+                        .unwrap_or_else(|e| panic!("{}, {case:?}: {e}", tiles.describe()));
                 }
             }
         }

@@ -180,6 +180,18 @@ impl Table {
     }
 }
 
+/// The comma-separated list after `flag` in a program's arguments (`--seqs 1024,4096`), or
+/// `default` when the flag is absent; each item parsed as a `T`.
+pub fn list_arg<T: std::str::FromStr>(
+    args: &[String],
+    flag: &str,
+    default: Vec<T>,
+) -> Result<Vec<T>, String> {
+    let Some(i) = args.iter().position(|a| a == flag) else { return Ok(default) };
+    let value = args.get(i + 1).ok_or(format!("{flag} needs a comma-separated list"))?;
+    value.split(',').map(|x| x.parse().map_err(|_| format!("{flag}: cannot read {x:?}"))).collect()
+}
+
 /// The folder a benchmark writes its CSV and SVG files to: `--out DIR` when given, else the
 /// book's `book/src/figures` in the workspace the program runs in.
 #[derive(Clone, Debug, PartialEq)]
@@ -272,6 +284,16 @@ pub fn log_log_slope(points: &[(f64, f64)]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn list_arguments_are_read_or_defaulted_and_bad_items_named() {
+        let args: Vec<String> = ["--seqs", "1024,4096", "--only"].map(String::from).into();
+        assert_eq!(list_arg(&args, "--seqs", vec![1usize]), Ok(vec![1024, 4096]));
+        assert_eq!(list_arg(&args, "--dims", vec![64usize]), Ok(vec![64]));
+        assert!(list_arg::<usize>(&args, "--only", vec![]).unwrap_err().contains("needs"));
+        let bad: Vec<String> = ["--seqs", "1024,x"].map(String::from).into();
+        assert!(list_arg::<usize>(&bad, "--seqs", vec![]).unwrap_err().contains("\"x\""));
+    }
     use crate::plot::Scale;
 
     fn table() -> Table {

@@ -295,13 +295,7 @@ fn kernels(gpu: &Gpu, head_dim: usize) -> Vec<(String, Result<Kernel, String>)> 
 fn main() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1));
-    let head_dims: Vec<usize> = match value("--head-dims") {
-        Some(list) => list
-            .split(',')
-            .map(|x| x.parse().map_err(|_| format!("not a number: {x}")))
-            .collect::<Result<_, _>>()?,
-        None => vec![64, 128, 256],
-    };
+    let head_dims = bench::report::list_arg(&args, "--head-dims", vec![64, 128, 256])?;
     let out = value("--out").map(std::path::PathBuf::from);
     if let Some(dir) = &out {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;

@@ -22,14 +22,7 @@ use reference::{ForwardVersion, ProblemSpec};
 fn main() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
-    let list = |flag: &str, default: Vec<usize>| -> Result<Vec<usize>, String> {
-        let Some(i) = args.iter().position(|a| a == flag) else { return Ok(default) };
-        let value = args.get(i + 1).ok_or(format!("{flag} needs a list such as 1024,4096"))?;
-        value
-            .split(',')
-            .map(|x| x.parse().map_err(|_| format!("{flag}: {x:?} is not a number")))
-            .collect()
-    };
+    let list = |flag: &str, default: Vec<usize>| bench::report::list_arg(&args, flag, default);
     let head_dims = list("--head-dims", if quick { vec![64] } else { vec![64, 128] })?;
     let seqs =
         list("--seqs", if quick { vec![128, 256] } else { (10..=14).map(|e| 1 << e).collect() })?;

@@ -109,24 +109,9 @@ fn time(
 
 fn main() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let list = |flag: &str, default: Vec<usize>| -> Result<Vec<usize>, String> {
-        let Some(i) = args.iter().position(|a| a == flag) else { return Ok(default) };
-        let value = args.get(i + 1).ok_or(format!("{flag} needs a list such as 1024,4096"))?;
-        value
-            .split(',')
-            .map(|x| x.parse().map_err(|_| format!("{flag}: {x:?} is not a number")))
-            .collect()
-    };
+    let list = |flag: &str, default: Vec<usize>| bench::report::list_arg(&args, flag, default);
     let head_dims = list("--head-dims", vec![64, 128])?;
-    let only: Vec<String> = match args.iter().position(|a| a == "--only") {
-        Some(i) => args
-            .get(i + 1)
-            .ok_or("--only needs a list such as v3,v6")?
-            .split(',')
-            .map(String::from)
-            .collect(),
-        None => Vec::new(),
-    };
+    let only: Vec<String> = bench::report::list_arg(&args, "--only", Vec::new())?;
     let seqs = list("--seqs", vec![4096, 16384])?;
     let ablate = match args.iter().position(|a| a == "--ablate") {
         Some(i) => {

@@ -728,19 +728,31 @@ impl Kernel {
             ))
             .into());
         }
+        let source = || specialise(V4_SPECIALISED, &tiles.constants(padded));
+        let name = ("v4 specialised", "v4_specialised.wgsl");
+        Self::specialised_kernel(device, name, head_dim, Tiles::Specialised(tiles), source)
+    }
+
+    /// A tensor-core version whose constants are written into its source: checks that its
+    /// `tiles` fit `device`'s workgroup memory, then compiles `source()` without wgpu's
+    /// run-time checks. `name` is the version's name and its file's.
+    fn specialised_kernel(
+        device: &wgpu::Device,
+        (name, label): (&'static str, &str),
+        head_dim: usize,
+        tiles: Tiles,
+        source: impl FnOnce() -> Result<String, AttentionError>,
+    ) -> Result<Self, AttentionError> {
         let available = device.limits().max_compute_workgroup_storage_size as usize;
-        let needed = tiles.workgroup_bytes(padded);
+        let needed = tiles.workgroup_bytes(head_dim.next_multiple_of(16));
         if needed > available {
             return Err(AttentionError::TilesDoNotFit { needed, available });
         }
-        let source = specialise(V4_SPECIALISED, &tiles.constants(padded))?;
-        let label = "v4_specialised.wgsl";
+        let source = source()?;
         let pipeline =
             compile_with_checks(device, label, &source, "flash_forward", &[], Checks::Off)?;
-        let tiles = Tiles::Specialised(tiles);
         let shader = Shader { source, overrides: Vec::new(), checks: Checks::Off };
-        let storage = Storage::F16;
-        Ok(Self { name: "v4 specialised", pipeline, head_dim, tiles, storage, shader })
+        Ok(Self { name, pipeline, head_dim, tiles, storage: Storage::F16, shader })
     }
 
     /// Version 5 for `head_dim` with the tiles measured fastest that fit `device`.
@@ -761,19 +773,9 @@ impl Kernel {
         check_tensor_cores(device, head_dim, "v5 pipelined")?;
         let padded = head_dim.next_multiple_of(16);
         tiles.check("v5 pipelined", padded)?;
-        let available = device.limits().max_compute_workgroup_storage_size as usize;
-        let needed = tiles.workgroup_bytes(padded);
-        if needed > available {
-            return Err(AttentionError::TilesDoNotFit { needed, available });
-        }
-        let source = specialise(V5_PIPELINED, &tiles.constants(padded, leave_out))?;
-        let label = "v5_pipelined.wgsl";
-        let pipeline =
-            compile_with_checks(device, label, &source, "flash_forward", &[], Checks::Off)?;
-        let tiles = Tiles::Pipelined(tiles);
-        let shader = Shader { source, overrides: Vec::new(), checks: Checks::Off };
-        let storage = Storage::F16;
-        Ok(Self { name: "v5 pipelined", pipeline, head_dim, tiles, storage, shader })
+        let source = || specialise(V5_PIPELINED, &tiles.constants(padded, leave_out));
+        let name = ("v5 pipelined", "v5_pipelined.wgsl");
+        Self::specialised_kernel(device, name, head_dim, Tiles::Pipelined(tiles), source)
     }
 
     /// Version 6 for `head_dim` with the tiles measured fastest that fit `device`.
@@ -795,19 +797,9 @@ impl Kernel {
         let padded = head_dim.next_multiple_of(16);
         tiles.check("v6 registers", padded)?;
         let tiles = PipelinedTiles { transpose_v: false, ..tiles };
-        let available = device.limits().max_compute_workgroup_storage_size as usize;
-        let needed = tiles.workgroup_bytes(padded);
-        if needed > available {
-            return Err(AttentionError::TilesDoNotFit { needed, available });
-        }
-        let source = tiles.source_in_registers(padded, leave_out)?;
-        let label = "v6_registers.wgsl";
-        let pipeline =
-            compile_with_checks(device, label, &source, "flash_forward", &[], Checks::Off)?;
-        let tiles = Tiles::InRegisters(tiles);
-        let shader = Shader { source, overrides: Vec::new(), checks: Checks::Off };
-        let storage = Storage::F16;
-        Ok(Self { name: "v6 registers", pipeline, head_dim, tiles, storage, shader })
+        let source = || tiles.source_in_registers(padded, leave_out);
+        let name = ("v6 registers", "v6_registers.wgsl");
+        Self::specialised_kernel(device, name, head_dim, Tiles::InRegisters(tiles), source)
     }
 
     /// The version that `tiles` belong to, compiled with them for `head_dim` (versions 2

@@ -149,14 +149,24 @@ impl TensorCoreTiles {
 
     /// 64 keys per tile where they fit on `device` at `head_dim`, else 32.
     pub fn for_device(device: &wgpu::Device, head_dim: usize) -> Result<Self, AttentionError> {
-        let available = device.limits().max_compute_workgroup_storage_size as usize;
-        let fitting = [64, 32].map(|block_kv| TensorCoreTiles { block_kv });
-        let mut fits = fitting.into_iter().filter(|t| t.workgroup_bytes(head_dim) <= available);
-        fits.next().ok_or(AttentionError::TilesDoNotFit {
-            needed: TensorCoreTiles { block_kv: 32 }.workgroup_bytes(head_dim),
-            available,
-        })
+        let candidates = [64, 32].map(|block_kv| TensorCoreTiles { block_kv });
+        first_that_fits(device, &candidates, |t| t.workgroup_bytes(head_dim))
     }
+}
+
+/// The first of `candidates` (best first, smallest last) whose workgroup memory, `bytes`, fits
+/// `device`; if none does, the error says what the smallest needs.
+fn first_that_fits<T: Copy>(
+    device: &wgpu::Device,
+    candidates: &[T],
+    bytes: impl Fn(&T) -> usize,
+) -> Result<T, AttentionError> {
+    let available = device.limits().max_compute_workgroup_storage_size as usize;
+    let fits = candidates.iter().find(|t| bytes(t) <= available);
+    fits.copied().ok_or_else(|| {
+        let needed = candidates.last().map_or(0, &bytes);
+        AttentionError::TilesDoNotFit { needed, available }
+    })
 }
 
 /// Version 4's shape of work, written into its source as constants.
@@ -190,7 +200,6 @@ impl SpecialisedTiles {
     /// The tiles measured fastest on an H100 at `head_dim` (examples/tune.rs, 2026-11-25),
     /// then smaller ones, the first that fits `device`.
     pub fn for_device(device: &wgpu::Device, head_dim: usize) -> Result<Self, AttentionError> {
-        let available = device.limits().max_compute_workgroup_storage_size as usize;
         let tiles = |subgroups, row_tiles, block_kv, prefetch| SpecialisedTiles {
             subgroups,
             row_tiles,
@@ -204,12 +213,7 @@ impl SpecialisedTiles {
         } else {
             vec![tiles(4, 1, 32, false), tiles(2, 1, 32, false), tiles(1, 1, 32, false)]
         };
-        let smallest = *candidates.last().expect("not empty");
-        let mut fits = candidates.into_iter().filter(|t| t.workgroup_bytes(head_dim) <= available);
-        fits.next().ok_or(AttentionError::TilesDoNotFit {
-            needed: smallest.workgroup_bytes(head_dim),
-            available,
-        })
+        first_that_fits(device, &candidates, |t| t.workgroup_bytes(head_dim))
     }
 
     /// Every tile shape the tuning example times and the tests check at `head_dim`: each
@@ -315,14 +319,7 @@ impl PipelinedTiles {
     /// The tiles measured fastest on an H100 at `head_dim` (examples/tune.rs, 2026-11-25),
     /// then smaller ones, the first that fits `device`.
     pub fn for_device(device: &wgpu::Device, head_dim: usize) -> Result<Self, AttentionError> {
-        let available = device.limits().max_compute_workgroup_storage_size as usize;
-        let candidates = Self::preferred(head_dim);
-        let smallest = *candidates.last().expect("not empty");
-        let mut fits = candidates.into_iter().filter(|t| t.workgroup_bytes(head_dim) <= available);
-        fits.next().ok_or(AttentionError::TilesDoNotFit {
-            needed: smallest.workgroup_bytes(head_dim),
-            available,
-        })
+        first_that_fits(device, &Self::preferred(head_dim), |t| t.workgroup_bytes(head_dim))
     }
 
     /// The tiles to try at `head_dim`, best first.
@@ -418,14 +415,8 @@ impl PipelinedTiles {
         device: &wgpu::Device,
         head_dim: usize,
     ) -> Result<Self, AttentionError> {
-        let available = device.limits().max_compute_workgroup_storage_size as usize;
         let candidates = Self::preferred_in_registers(head_dim);
-        let smallest = *candidates.last().expect("not empty");
-        let mut fits = candidates.into_iter().filter(|t| t.workgroup_bytes(head_dim) <= available);
-        fits.next().ok_or(AttentionError::TilesDoNotFit {
-            needed: smallest.workgroup_bytes(head_dim),
-            available,
-        })
+        first_that_fits(device, &candidates, |t| t.workgroup_bytes(head_dim))
     }
 
     /// Version 6's source for these tiles at `head_dim`: its constants set, its marked loops

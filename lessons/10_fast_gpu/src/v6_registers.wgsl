@@ -48,6 +48,10 @@ const RUN_STORE_S: bool = (LEAVE_OUT & 8u) == 0u;   // 8: S not stored to workgr
 const RUN_STAGING: bool = (LEAVE_OUT & 16u) == 0u;  // 16: no K or V read or staged
 const RUN_RESCALE: bool = (LEAVE_OUT & 32u) == 0u;  // 32: O never rescaled
 const RUN_OUTPUT: bool = (LEAVE_OUT & 64u) == 0u;   // 64: O and L never written
+const RUN_LOADS: bool = (LEAVE_OUT & 128u) == 0u;   // 128: K and V staged as zeros, never read
+// 256: K and V read but not staged (a store behind a condition that never holds keeps the
+// loads alive: the host sets `pad0` to 0)
+const RUN_STASH: bool = (LEAVE_OUT & 256u) == 0u;
 
 const LANES: u32 = 32u;
 const THREADS: u32 = SUBGROUPS * LANES;
@@ -132,7 +136,9 @@ fn fetch(from_k: bool, slice: u32, first: u32, thread: u32) -> array<vec4<f16>, 
         let at = (slice * params.kv_len + key) * CHUNKS + e % CHUNKS;
         let in_tile = TILE_CHUNKS % THREADS == 0u || e < TILE_CHUNKS;  // constant if it divides
         var x = vec4<f16>(0.0h);
-        if in_tile && key < params.kv_len && from_k {
+        if !RUN_LOADS {
+            x = vec4<f16>(0.0h);
+        } else if in_tile && key < params.kv_len && from_k {
             x = k[at];
         } else if in_tile && key < params.kv_len {
             x = v[at];
@@ -147,7 +153,8 @@ fn stash(staged: array<vec4<f16>, STAGED>, row0: u32, thread: u32) {
     // unroll
     for (var i = 0u; i < STAGED; i++) {
         let e = thread + i * THREADS;
-        if TILE_CHUNKS % THREADS == 0u || e < TILE_CHUNKS {  // constant if it divides
+        let stashed = RUN_STASH || params.pad0 == 1u;
+        if (TILE_CHUNKS % THREADS == 0u || e < TILE_CHUNKS) && stashed {
             kv_tile[(row0 + e / CHUNKS) * KV_STRIDE + e % CHUNKS] = staged[i];
         }
     }

@@ -30,6 +30,10 @@ fn every_tile_shape_compiles_at_every_head_dim() {
             let source = tiles.source_in_registers(head_dim, LeaveOut::NOTHING).unwrap();
             failures.extend(compiles(&format!("v6 {tiles:?} D={head_dim}"), &source).err());
         }
+        for tiles in PipelinedTiles::tried_overlapped(head_dim) {
+            let source = tiles.source_overlapped(head_dim, LeaveOut::NOTHING).unwrap();
+            failures.extend(compiles(&format!("v7 {tiles:?} D={head_dim}"), &source).err());
+        }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
@@ -44,6 +48,8 @@ fn every_measurement_variant_compiles() {
         }
         let source = tiles.source_in_registers(64, LeaveOut(bits)).unwrap();
         compiles(&format!("v6 leaving out {bits:#b}"), &source).unwrap();
+        let source = tiles.source_overlapped(64, LeaveOut(bits)).unwrap();
+        compiles(&format!("v7 leaving out {bits:#b}"), &source).unwrap();
     }
 }
 

@@ -92,11 +92,21 @@ pub const SAMPLE_SECONDS: f64 = 0.005;
 /// The least GPU time spent warming up before anything is timed.
 pub const WARM_UP_SECONDS: f64 = 0.2;
 
+/// GPU time after which no more samples are taken, once [`FEWEST_SAMPLES`] are: a kernel that
+/// takes seconds (lesson 10's version 1 at D = 128) varies by far less than a short one, and
+/// ten samples of it would hold a lent GPU for minutes.
+pub const SAMPLING_BUDGET_SECONDS: f64 = 3.0;
+
+/// The fewest timed samples, however long they take.
+pub const FEWEST_SAMPLES: usize = 3;
+
 // ANCHOR: time_gpu
 /// GPU times of prepared kernels from timestamp queries (the time the GPU spent in the
 /// compute pass, not the host's wait): `repeats.warmups` untimed samples (more if they take
-/// under [`WARM_UP_SECONDS`] together; none with 0), then
-/// `repeats.timed` timed samples, taking the prepared input sets in turn. A sample is one
+/// under [`WARM_UP_SECONDS`] together; none with 0; fewer, but at least one, once they took
+/// [`SAMPLING_BUDGET_SECONDS`]), then `repeats.timed` timed samples (fewer, but at least
+/// [`FEWEST_SAMPLES`], once they took [`SAMPLING_BUDGET_SECONDS`]), taking the prepared input
+/// sets in turn. A sample is one
 /// launch, or on a problem that takes under [`SAMPLE_SECONDS`] several launches back to back
 /// in one pass (their mean): a GPU left idle between launches lowers its clock within a
 /// millisecond, and a short kernel timed alone then measures the idle clock (seen on an H100:
@@ -124,15 +134,23 @@ pub fn time_gpu(
     // under load over tens of milliseconds.
     let mut busy = 0.0;
     for warmed in 0.. {
-        if warmed >= repeats.warmups && (repeats.warmups == 0 || busy >= WARM_UP_SECONDS) {
+        let enough = busy >= WARM_UP_SECONDS;
+        if warmed >= repeats.warmups && (repeats.warmups == 0 || enough)
+            || warmed >= 1 && busy >= SAMPLING_BUDGET_SECONDS
+        {
             break;
         }
         let run = turns.next().expect("cycling over a non-empty list");
         busy += run.run_repeated(device, queue, Some(timer), launches)?.ok_or_else(no_time)?;
     }
     let mut seconds = Vec::with_capacity(repeats.timed);
+    let mut timed = 0.0;
     for run in turns.take(repeats.timed) {
+        if seconds.len() >= FEWEST_SAMPLES && timed >= SAMPLING_BUDGET_SECONDS {
+            break;
+        }
         let time = run.run_repeated(device, queue, Some(timer), launches)?.ok_or_else(no_time)?;
+        timed += time;
         seconds.push(time / launches as f64);
     }
     Timings::from_seconds(seconds).ok_or_else(|| {

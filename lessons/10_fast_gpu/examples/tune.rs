@@ -57,11 +57,13 @@ fn candidates(
         }
     }
     let fits = |t: &PipelinedTiles| t.workgroup_bytes(head_dim) <= available;
-    let fits_v7 = |t: &PipelinedTiles| t.workgroup_bytes_overlapped(head_dim) <= available;
-    let best =
-        ablate.filter(fits).or(PipelinedTiles::for_device_in_registers(device, head_dim).ok());
-    let best_v7 =
-        ablate.filter(fits_v7).or(PipelinedTiles::for_device_overlapped(device, head_dim).ok());
+    let best = match ablate.filter(fits) {
+        Some(tiles) => tiles,
+        None => match PipelinedTiles::for_device_in_registers(device, head_dim) {
+            Ok(tiles) => tiles,
+            Err(_) => return all,
+        },
+    };
     let parts = [
         ("softmax", LeaveOut::SOFTMAX),
         ("QK^T", LeaveOut::SCORES),
@@ -75,24 +77,11 @@ fn candidates(
         ("all but the products", LeaveOut::SOFTMAX.and(LeaveOut::STORE_S).and(LeaveOut::STAGING)),
     ];
     for (what, leave_out) in parts {
-        if let Some(best) = best {
-            all.push(Candidate {
-                name: format!("{} without {what}", Tiles::InRegisters(best).describe()),
-                build: Arc::new(move |device, d| {
-                    Kernel::in_registers_with(device, d, best, leave_out)
-                }),
-                validated: false,
-            });
-        }
-        if let Some(best) = best_v7 {
-            all.push(Candidate {
-                name: format!("{} without {what}", Tiles::Overlapped(best).describe()),
-                build: Arc::new(move |device, d| {
-                    Kernel::overlapped_with(device, d, best, leave_out)
-                }),
-                validated: false,
-            });
-        }
+        all.push(Candidate {
+            name: format!("{} without {what}", Tiles::InRegisters(best).describe()),
+            build: Arc::new(move |device, d| Kernel::in_registers_with(device, d, best, leave_out)),
+            validated: false,
+        });
     }
     all
 }

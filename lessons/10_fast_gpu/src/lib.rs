@@ -15,7 +15,6 @@
 //! | 4 | `v4_specialised.wgsl` | constants instead of overrides, 32 rows per subgroup, prefetch |
 //! | 5 | `v5_pipelined.wgsl` | software pipelining: products of one tile beside the softmax of the next, two barriers per tile |
 //! | 6 | `v6_registers.wgsl` | loops over fragments unrolled by the host ([`unroll`]): every fragment in registers |
-//! | 7 | `v7_overlapped.wgsl` | each product beside other work (the softmax, the staging), two P buffers, 16-byte loads |
 //!
 //! Every version runs through [`Kernel`], which compiles a version's shader for one head
 //! dimension and tile size and implements the course's [`AttentionKernel`], so the tests,
@@ -46,9 +45,6 @@ pub const V5_PIPELINED: &str = include_str!("v5_pipelined.wgsl");
 
 /// Version 6's WGSL source (its constants set by [`specialise`]).
 pub const V6_REGISTERS: &str = include_str!("v6_registers.wgsl");
-
-/// Version 7's WGSL source (its constants set by [`specialise`], its loops by [`unroll`]).
-pub const V7_OVERLAPPED: &str = include_str!("v7_overlapped.wgsl");
 
 /// Largest head dimension (`MAX_OUT_CHUNKS` and `MAX_FRAGMENTS` in the shaders).
 pub const MAX_HEAD_DIM: usize = 256;
@@ -437,82 +433,7 @@ impl PipelinedTiles {
         unroll(&specialise(V6_REGISTERS, &self.constants_in_registers(head_dim, leave_out))?)
     }
 
-    /// Bytes of workgroup memory version 7 needs at `head_dim`: K and V of a tile (Q passes
-    /// through them one row tile per subgroup at a time), S as in version 6, two P buffers,
-    /// a rescale factor per row, a flag.
-    pub fn workgroup_bytes_overlapped(&self, head_dim: usize) -> usize {
-        let (rows, keys) = (self.block_q(), self.block_kv);
-        let lanes_per_row = 32 / (16 * self.row_tiles);
-        (2 * keys).max(16 * self.subgroups) * (head_dim + 8) * 2
-            + rows * (keys + 4 * lanes_per_row) * 4
-            + 2 * rows * (keys + 8) * 2
-            + rows * 4
-            + 16
-    }
-
-    /// Version 7's tiles to try at `head_dim`, best first.
-    fn preferred_overlapped(head_dim: usize) -> Vec<Self> {
-        let tiles = |subgroups, row_tiles, block_kv| PipelinedTiles {
-            subgroups,
-            row_tiles,
-            block_kv,
-            transpose_v: false,
-        };
-        if head_dim <= 64 {
-            vec![tiles(4, 2, 32), tiles(4, 1, 32), tiles(4, 1, 16)]
-        } else if head_dim <= 128 {
-            vec![tiles(4, 1, 32), tiles(4, 1, 16)]
-        } else {
-            vec![tiles(4, 1, 16), tiles(2, 1, 16)]
-        }
-    }
-
-    /// Every tile shape the tuning example times and the tests check for version 7 at
-    /// `head_dim`.
-    pub fn tried_overlapped(head_dim: usize) -> Vec<Self> {
-        let tiles = |subgroups, row_tiles, block_kv| PipelinedTiles {
-            subgroups,
-            row_tiles,
-            block_kv,
-            transpose_v: false,
-        };
-        let mut all = vec![
-            tiles(4, 2, 32),
-            tiles(4, 1, 64),
-            tiles(4, 1, 32),
-            tiles(2, 2, 32),
-            tiles(2, 2, 64),
-            tiles(8, 1, 32),
-            tiles(8, 1, 16),
-            tiles(4, 1, 16),
-        ];
-        if head_dim > 128 {
-            all.retain(|t| t.row_tiles == 1);
-        }
-        all
-    }
-
-    /// Version 7's tiles measured fastest on an H100 at `head_dim`, then smaller ones, the
-    /// first that fits `device`.
-    pub fn for_device_overlapped(
-        device: &wgpu::Device,
-        head_dim: usize,
-    ) -> Result<Self, AttentionError> {
-        let candidates = Self::preferred_overlapped(head_dim);
-        first_that_fits(device, &candidates, |t| t.workgroup_bytes_overlapped(head_dim))
-    }
-
-    /// Version 7's source for these tiles at `head_dim`: its constants set, its marked loops
-    /// unrolled.
-    pub fn source_overlapped(
-        &self,
-        head_dim: usize,
-        leave_out: LeaveOut,
-    ) -> Result<String, AttentionError> {
-        unroll(&specialise(V7_OVERLAPPED, &self.constants_in_registers(head_dim, leave_out))?)
-    }
-
-    /// The constants [`specialise`] writes into version 6's (and 7's) source.
+    /// The constants [`specialise`] writes into version 6's source.
     pub fn constants_in_registers(
         &self,
         head_dim: usize,
@@ -586,8 +507,6 @@ pub enum Tiles {
     Pipelined(PipelinedTiles),
     /// Version 6 (the same shapes as version 5; V is never transposed).
     InRegisters(PipelinedTiles),
-    /// Version 7 (the same shapes as version 6).
-    Overlapped(PipelinedTiles),
 }
 
 impl Tiles {
@@ -597,7 +516,7 @@ impl Tiles {
             Tiles::Register(t) => t.block_q(),
             Tiles::TensorCore(_) => TensorCoreTiles::BLOCK_Q,
             Tiles::Specialised(t) => t.block_q(),
-            Tiles::Pipelined(t) | Tiles::InRegisters(t) | Tiles::Overlapped(t) => t.block_q(),
+            Tiles::Pipelined(t) | Tiles::InRegisters(t) => t.block_q(),
         }
     }
 
@@ -609,21 +528,19 @@ impl Tiles {
             Tiles::TensorCore(_)
             | Tiles::Specialised(_)
             | Tiles::Pipelined(_)
-            | Tiles::InRegisters(_)
-            | Tiles::Overlapped(_) => 0,
+            | Tiles::InRegisters(_) => 0,
         }
     }
 }
 
 impl Tiles {
-    /// Every tile shape of the tensor-core versions 4 to 7 that the tuning example times and
+    /// Every tile shape of the tensor-core versions 4 to 6 that the tuning example times and
     /// the tests check at `head_dim` (a multiple of 16).
     pub fn tensor_core_shapes(head_dim: usize) -> Vec<Tiles> {
         let v4 = SpecialisedTiles::tried(head_dim).into_iter().map(Tiles::Specialised);
         let v5 = PipelinedTiles::tried(head_dim).into_iter().map(Tiles::Pipelined);
         let v6 = PipelinedTiles::tried_in_registers(head_dim).into_iter().map(Tiles::InRegisters);
-        let v7 = PipelinedTiles::tried_overlapped(head_dim).into_iter().map(Tiles::Overlapped);
-        v4.chain(v5).chain(v6).chain(v7).collect()
+        v4.chain(v5).chain(v6).collect()
     }
 
     /// Bytes of workgroup memory at `head_dim`; none for versions 1 to 3, which choose
@@ -634,7 +551,6 @@ impl Tiles {
             Tiles::TensorCore(t) => t.workgroup_bytes(head_dim),
             Tiles::Specialised(t) => t.workgroup_bytes(head_dim),
             Tiles::Pipelined(t) | Tiles::InRegisters(t) => t.workgroup_bytes(head_dim),
-            Tiles::Overlapped(t) => t.workgroup_bytes_overlapped(head_dim),
         }
     }
 
@@ -661,9 +577,6 @@ impl Tiles {
             ),
             Tiles::InRegisters(t) => {
                 format!("v6 {}x{}x16 rows, {} keys", t.subgroups, t.row_tiles, t.block_kv)
-            }
-            Tiles::Overlapped(t) => {
-                format!("v7 {}x{}x16 rows, {} keys", t.subgroups, t.row_tiles, t.block_kv)
             }
         }
     }
@@ -884,30 +797,6 @@ impl Kernel {
         Self::specialised_kernel(device, name, head_dim, Tiles::InRegisters(tiles), source)
     }
 
-    /// Version 7 for `head_dim` with the tiles measured fastest that fit `device`.
-    pub fn overlapped(device: &wgpu::Device, head_dim: usize) -> Result<Self, AttentionError> {
-        let padded = head_dim.next_multiple_of(16);
-        let tiles = PipelinedTiles::for_device_overlapped(device, padded)?;
-        Self::overlapped_with(device, head_dim, tiles, LeaveOut::NOTHING)
-    }
-
-    /// Version 7 for `head_dim` with the given tiles, and, for measurements only, parts of its
-    /// work left out.
-    pub fn overlapped_with(
-        device: &wgpu::Device,
-        head_dim: usize,
-        tiles: PipelinedTiles,
-        leave_out: LeaveOut,
-    ) -> Result<Self, AttentionError> {
-        check_tensor_cores(device, head_dim, "v7 overlapped")?;
-        let padded = head_dim.next_multiple_of(16);
-        tiles.check("v7 overlapped", padded)?;
-        let tiles = PipelinedTiles { transpose_v: false, ..tiles };
-        let source = || tiles.source_overlapped(padded, leave_out);
-        let name = ("v7 overlapped", "v7_overlapped.wgsl");
-        Self::specialised_kernel(device, name, head_dim, Tiles::Overlapped(tiles), source)
-    }
-
     /// The version that `tiles` belong to, compiled with them for `head_dim` (versions 2
     /// and 3 choose their own tiles: `Tiles::TensorCore` gives version 3).
     pub fn with_tiles(
@@ -923,7 +812,6 @@ impl Kernel {
             Tiles::InRegisters(t) => {
                 Self::in_registers_with(device, head_dim, t, LeaveOut::NOTHING)
             }
-            Tiles::Overlapped(t) => Self::overlapped_with(device, head_dim, t, LeaveOut::NOTHING),
         }
     }
 
@@ -951,8 +839,7 @@ impl AttentionKernel for Kernel {
             Tiles::TensorCore(_)
             | Tiles::Specialised(_)
             | Tiles::Pipelined(_)
-            | Tiles::InRegisters(_)
-            | Tiles::Overlapped(_) => 16,
+            | Tiles::InRegisters(_) => 16,
         }
     }
 
@@ -1044,14 +931,6 @@ pub fn versions() -> Vec<KernelVersion> {
     fn in_registers(device: &wgpu::Device, d: usize) -> Built {
         boxed(Kernel::in_registers(device, d))
     }
-    let v7 = About {
-        name: "v7 overlapped",
-        change: "each product beside other work: P V beside the softmax, Q K^T beside the staging",
-        ..v2
-    };
-    fn overlapped(device: &wgpu::Device, d: usize) -> Built {
-        boxed(Kernel::overlapped(device, d))
-    }
     vec![
         KernelVersion::new(v1, register_tiles),
         KernelVersion::new(v2, tensor_cores).requiring(tensor_core_features),
@@ -1059,7 +938,6 @@ pub fn versions() -> Vec<KernelVersion> {
         KernelVersion::new(v4, specialised).requiring(tensor_core_features),
         KernelVersion::new(v5, pipelined).requiring(tensor_core_features),
         KernelVersion::new(v6, in_registers).requiring(tensor_core_features),
-        KernelVersion::new(v7, overlapped).requiring(tensor_core_features),
     ]
 }
 // ANCHOR_END: versions

@@ -106,11 +106,11 @@ pub const FEWEST_SAMPLES: usize = 3;
 /// under [`WARM_UP_SECONDS`] together; none with 0; fewer, but at least one, once they took
 /// [`SAMPLING_BUDGET_SECONDS`]), then `repeats.timed` timed samples (fewer, but at least
 /// [`FEWEST_SAMPLES`], once they took [`SAMPLING_BUDGET_SECONDS`]), taking the prepared input
-/// sets in turn. A sample is one
-/// launch, or on a problem that takes under [`SAMPLE_SECONDS`] several launches back to back
-/// in one pass (their mean): a GPU left idle between launches lowers its clock within a
-/// millisecond, and a short kernel timed alone then measures the idle clock (seen on an H100:
-/// the same kernel at N = 4096 timed 3x slower alone than back to back).
+/// sets in turn. A sample is one launch, or on a problem that takes under [`SAMPLE_SECONDS`]
+/// several launches back to back in one pass (their mean): a GPU left idle between launches
+/// lowers its clock within a millisecond, and a short kernel timed alone then measures the
+/// idle clock (seen on an H100: the same kernel at N = 4096 timed 3x slower alone than back to
+/// back).
 #[cfg(feature = "gpu")]
 pub fn time_gpu(
     gpu: &gpu::Gpu,

@@ -136,11 +136,10 @@ fn fetch(from_k: bool, slice: u32, first: u32, thread: u32) -> array<vec4<f16>, 
         let at = (slice * params.kv_len + key) * CHUNKS + e % CHUNKS;
         let in_tile = TILE_CHUNKS % THREADS == 0u || e < TILE_CHUNKS;  // constant if it divides
         var x = vec4<f16>(0.0h);
-        if !RUN_LOADS {
-            x = vec4<f16>(0.0h);
-        } else if in_tile && key < params.kv_len && from_k {
+        let read = RUN_LOADS && in_tile && key < params.kv_len;
+        if read && from_k {
             x = k[at];
-        } else if in_tile && key < params.kv_len {
+        } else if read {
             x = v[at];
         }
         staged[i] = x;

@@ -134,10 +134,10 @@ pub fn time_gpu(
     // under load over tens of milliseconds.
     let mut busy = 0.0;
     for warmed in 0.. {
-        let enough = busy >= WARM_UP_SECONDS;
-        if warmed >= repeats.warmups && (repeats.warmups == 0 || enough)
-            || warmed >= 1 && busy >= SAMPLING_BUDGET_SECONDS
-        {
+        let asked_for_done =
+            warmed >= repeats.warmups && (repeats.warmups == 0 || busy >= WARM_UP_SECONDS);
+        let over_budget = warmed >= 1 && busy >= SAMPLING_BUDGET_SECONDS;
+        if asked_for_done || over_budget {
             break;
         }
         let run = turns.next().expect("cycling over a non-empty list");

@@ -104,6 +104,7 @@ fn uniform_built_in(built_in: BuiltIn) -> bool {
             | BuiltIn::NumWorkGroups
             | BuiltIn::WorkGroupSize
             | BuiltIn::SubgroupSize
+            | BuiltIn::NumSubgroups
     )
 }
 

@@ -21,7 +21,7 @@ use std::ffi::CStr;
 use ash::vk;
 use gpu::Gpu;
 use gpu::kernel::Checks;
-use lesson10::{Kernel, LeaveOut, PipelinedTiles, RegisterTiles, Shader, Tiles};
+use lesson10::{F32Tiles, Kernel, LeaveOut, PipelinedTiles, RegisterTiles, Shader, Tiles};
 
 /// naga's SPIR-V for `shader`'s entry point `flash_forward`, with the options wgpu uses.
 fn spirv(shader: &Shader) -> Result<Vec<u32>, String> {
@@ -256,7 +256,7 @@ impl Drop for Vulkan {
 }
 
 /// The kernels to report at `head_dim`: version 1 with its largest tiles, version 3, and every
-/// tile shape of versions 4 to 6 that fits the device.
+/// tile shape of versions 4 to 7 that fits the device.
 fn kernels(gpu: &Gpu, head_dim: usize) -> Vec<(String, Result<Kernel, String>)> {
     let device = &gpu.device;
     let available = device.limits().max_compute_workgroup_storage_size as usize;
@@ -275,6 +275,13 @@ fn kernels(gpu: &Gpu, head_dim: usize) -> Vec<(String, Result<Kernel, String>)> 
                 tiles.describe(),
                 Kernel::with_tiles(device, head_dim, tiles).map_err(|e| e.to_string()),
             ));
+        }
+    }
+    for tiles in F32Tiles::tried(head_dim) {
+        let fits = tiles.workgroup_bytes(head_dim) <= available;
+        if fits && tiles.check_subgroups(device).is_ok() {
+            let kernel = Kernel::f32_registers_with(device, head_dim, tiles);
+            all.push((Tiles::F32Registers(tiles).describe(), kernel.map_err(|e| e.to_string())));
         }
     }
     // Version 6 without its rescale, its output or both: which part keeps an array in memory.

@@ -17,7 +17,7 @@
 use bench::report::in_workspace;
 use bench::{Figures, Machine, Peer, Repeats, Sizes, Sweep};
 use gpu::{Gpu, GpuTimer};
-use reference::{ForwardVersion, ProblemSpec};
+use reference::{ForwardVersion, ProblemSpec, Storage};
 
 fn main() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -79,11 +79,22 @@ fn main() -> Result<(), String> {
         println!(
             "\nB={batch} H={heads} D={head_dim}; every version validated against the f64 oracle"
         );
-        let best = versions.last().map(|v| v.about.name).unwrap_or_default();
+        // The best version of each input format is the last one registered: its ratios to
+        // every other version and every peer.
+        let last_in = |storage| versions.iter().rev().find(|v| v.about.storage == storage);
+        let best: Vec<_> = [Storage::F16, Storage::F32]
+            .into_iter()
+            .filter_map(|storage| last_in(storage).map(|v| v.about.name))
+            .collect();
         for causal in [false, true] {
             let mask = if causal { "causal" } else { "not causal" };
             println!("\nD={head_dim}, {mask}: TFLOP/s\n{}", sweep.tflops_table(causal).to_text());
-            println!("{best}, times faster than\n{}", sweep.speedup_table(best, causal).to_text());
+            for name in &best {
+                println!(
+                    "{name}, times faster than\n{}",
+                    sweep.speedup_table(name, causal).to_text()
+                );
+            }
         }
         let stem = format!("lesson10_d{head_dim}{}", if quick { "_quick" } else { "" });
         let title =

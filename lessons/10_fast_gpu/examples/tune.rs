@@ -1,9 +1,10 @@
 //! How the tensor-core versions were tuned, and where their time goes.
 //!
-//! 1. Every tile shape of versions 4 to 6 ([`Tiles::tensor_core_shapes`]), each validated
-//!    against the f64 oracle, then timed at large N with and without the causal mask, version
-//!    3 beside them as the baseline. The fastest per head dimension is what
-//!    `SpecialisedTiles::for_device` and `PipelinedTiles::for_device` try first.
+//! 1. Every tile shape of versions 4 to 6 ([`Tiles::tensor_core_shapes`]) and of the f32
+//!    version 7 ([`F32Tiles::tried`]), each validated against the f64 oracle, then timed at
+//!    large N with and without the causal mask, versions 3 and 1 beside them as the baselines.
+//!    The fastest per head dimension is what `SpecialisedTiles::for_device`,
+//!    `PipelinedTiles::for_device` and `F32Tiles::for_device` try first.
 //! 2. Version 6 with parts of its work left out ([`LeaveOut`]): the time each part costs is
 //!    the difference from the whole. Those outputs are wrong and not validated; they are
 //!    measurements, never kernels.
@@ -12,6 +13,7 @@
 //! cargo run --release -p lesson10 --example tune                        # D = 64 and 128
 //! cargo run --release -p lesson10 --example tune -- --head-dims 64 --seqs 4096
 //! cargo run --release -p lesson10 --example tune -- --only v3,v6      # names starting so
+//! cargo run --release -p lesson10 --example tune -- --only v1,v7      # the f32 versions
 //! cargo run --release -p lesson10 --example tune -- --ablate 4x1x64   # parts left out of these
 //! ```
 
@@ -22,20 +24,23 @@ use bench::report::{Cell, Table};
 use gpu::attention::{AttentionBuffers, AttentionKernel, Prepared, attention_on};
 use gpu::kernel::Checks;
 use gpu::{Gpu, GpuTimer};
-use lesson10::{Kernel, LeaveOut, PipelinedTiles, Tiles};
+use lesson10::{F32Tiles, Kernel, LeaveOut, PipelinedTiles, Tiles};
+use reference::Storage;
 use reference::{About, AttentionError, ForwardVersion, Problem, ProblemSpec, Tolerance};
 
 type Build = Arc<dyn Fn(&wgpu::Device, usize) -> Result<Kernel, AttentionError> + Send + Sync>;
 
-/// A kernel to time: its name, how to build it, and whether its output must be right.
+/// A kernel to time: its name, how to build it, whether its output must be right, and the
+/// format it reads its inputs in (which sets the tolerance).
 struct Candidate {
     name: String,
     build: Build,
     validated: bool,
+    storage: Storage,
 }
 
-/// Version 3, every tile shape of versions 4 to 6 that fits, and version 6 with parts left
-/// out: with `ablate`'s tiles where they fit, else with the tiles version 6 chooses.
+/// Versions 3 and 1, every tile shape of versions 4 to 7 that fits, and version 6 with parts
+/// left out: with `ablate`'s tiles where they fit, else with the tiles version 6 chooses.
 fn candidates(
     device: &wgpu::Device,
     head_dim: usize,
@@ -46,13 +51,29 @@ fn candidates(
         name: "v3 no bounds checks".into(),
         build: Arc::new(|device, d| Kernel::tensor_cores(device, d, Checks::Off)),
         validated: true,
+        storage: Storage::F16,
     }];
-    for tiles in Tiles::tensor_core_shapes(head_dim) {
+    all.push(Candidate {
+        name: "v1 register tiles".into(),
+        build: Arc::new(Kernel::register_tiles),
+        validated: true,
+        storage: Storage::F32,
+    });
+    let f32_shapes =
+        F32Tiles::tried(head_dim).into_iter().filter(|t| t.check_subgroups(device).is_ok());
+    let shapes =
+        Tiles::tensor_core_shapes(head_dim).into_iter().chain(f32_shapes.map(Tiles::F32Registers));
+    for tiles in shapes {
         if tiles.workgroup_bytes(head_dim) <= available {
             all.push(Candidate {
                 name: tiles.describe(),
                 build: Arc::new(move |device, d| Kernel::with_tiles(device, d, tiles)),
                 validated: true,
+                storage: if matches!(tiles, Tiles::F32Registers(_)) {
+                    Storage::F32
+                } else {
+                    Storage::F16
+                },
             });
         }
     }
@@ -81,6 +102,7 @@ fn candidates(
             name: format!("{} without {what}", Tiles::InRegisters(best).describe()),
             build: Arc::new(move |device, d| Kernel::in_registers_with(device, d, best, leave_out)),
             validated: false,
+            storage: Storage::F16,
         });
     }
     all
@@ -131,8 +153,12 @@ fn main() -> Result<(), String> {
     let gpu = Gpu::shared().map_err(|e| e.to_string())?;
     let timer = GpuTimer::new(&gpu.device, &gpu.queue).map_err(|e| e.to_string())?;
     println!("Device: {}; {}", gpu.describe(), bench::Machine::this().date);
-    let v2 = lesson10::versions().into_iter().find(|v| v.about.name == "v2 tensor cores");
-    let about = v2.ok_or("v2 is registered")?.about;
+    // What the oracle and the tolerance assume: v1's card for f32 inputs, v2's for f16.
+    let versions = lesson10::versions();
+    let card = |name: &str| versions.iter().find(|v| v.about.name == name).map(|v| v.about);
+    let f32_card = card("v1 register tiles").ok_or("v1 is registered")?;
+    let f16_card = card("v2 tensor cores").ok_or("v2 is registered")?;
+    let card_for = |storage| if storage == Storage::F32 { f32_card } else { f16_card };
     let (batch, heads) = (4, 16);
 
     for head_dim in head_dims {
@@ -141,13 +167,14 @@ fn main() -> Result<(), String> {
             ProblemSpec::new(1, 2, 333, 333, head_dim),
             ProblemSpec::new(1, 2, 200, 333, head_dim).causal(true),
         ];
-        let mut built: Vec<(String, Kernel, bool)> = Vec::new();
+        let mut built: Vec<(String, Kernel, Option<Tolerance>)> = Vec::new();
         let mut chosen = candidates(&gpu.device, head_dim, ablate);
         chosen.retain(|c| {
             only.is_empty() || only.iter().any(|prefix| c.name.starts_with(prefix.as_str()))
         });
         for candidate in chosen {
-            let Candidate { name, build, validated } = candidate;
+            let Candidate { name, build, validated, storage } = candidate;
+            let about = card_for(storage);
             let checked = if validated {
                 let name: &'static str = Box::leak(name.clone().into_boxed_str());
                 let build = Arc::clone(&build);
@@ -163,7 +190,7 @@ fn main() -> Result<(), String> {
                 Ok(())
             };
             match checked.and_then(|()| build(&gpu.device, head_dim).map_err(|e| e.to_string())) {
-                Ok(kernel) => built.push((name, kernel, validated)),
+                Ok(kernel) => built.push((name, kernel, validated.then_some(about.tolerance))),
                 Err(e) => println!("{name}: {e}"),
             }
         }
@@ -174,16 +201,23 @@ fn main() -> Result<(), String> {
         for &(n, causal) in &columns {
             let spec = ProblemSpec::new(batch, heads, n, n, head_dim).causal(causal);
             let problem = Problem::random(&spec, 1);
-            let Some((_, first, _)) = built.first() else { break };
-            let p = &problem;
-            let io = AttentionBuffers::upload(&gpu.device, first, &p.q, &p.k, &p.v, &p.options)
-                .map_err(|e| e.to_string())?;
+            // The inputs as each kernel reads them (f16 or f32, rows padded to 16 or 4), uploaded
+            // once per format.
+            let mut uploads: Vec<((Storage, usize), AttentionBuffers)> = Vec::new();
             let flops =
                 4.0 * (batch * heads * n * n * head_dim) as f64 / (1.0 + causal as u8 as f64);
-            for ((name, kernel, validated), row) in built.iter().zip(&mut tflops) {
-                let tolerance = validated.then_some(about.tolerance);
+            for ((name, kernel, tolerance), row) in built.iter().zip(&mut tflops) {
+                let format = (kernel.storage(), kernel.row_alignment());
+                if !uploads.iter().any(|(f, _)| *f == format) {
+                    let p = &problem;
+                    let io =
+                        AttentionBuffers::upload(&gpu.device, kernel, &p.q, &p.k, &p.v, &p.options)
+                            .map_err(|e| e.to_string())?;
+                    uploads.push((format, io));
+                }
+                let io = &uploads.iter().find(|(f, _)| *f == format).expect("uploaded").1;
                 let repeats = Repeats::new(3, 10);
-                let result = time(gpu, &timer, kernel, (&problem, &io), tolerance, repeats);
+                let result = time(gpu, &timer, kernel, (&problem, io), *tolerance, repeats);
                 if let Err(e) = &result {
                     println!("{name}, N={n}, causal={causal}: {e}");
                 }

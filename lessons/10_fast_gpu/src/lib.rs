@@ -15,6 +15,7 @@
 //! | 4 | `v4_specialised.wgsl` | constants instead of overrides, 32 rows per subgroup, prefetch |
 //! | 5 | `v5_pipelined.wgsl` | software pipelining: products of one tile beside the softmax of the next, two barriers per tile |
 //! | 6 | `v6_registers.wgsl` | loops over fragments unrolled by the host ([`unroll`]): every fragment in registers |
+//! | 7 | `v7_f32_registers.wgsl` | version 1 (f32) with version 6's constants and unrolling, subgroup shuffles, prefetch |
 //!
 //! Every version runs through [`Kernel`], which compiles a version's shader for one head
 //! dimension and tile size and implements the course's [`AttentionKernel`], so the tests,
@@ -45,6 +46,9 @@ pub const V5_PIPELINED: &str = include_str!("v5_pipelined.wgsl");
 
 /// Version 6's WGSL source (its constants set by [`specialise`]).
 pub const V6_REGISTERS: &str = include_str!("v6_registers.wgsl");
+
+/// Version 7's WGSL source (its constants set by [`specialise`]).
+pub const V7_F32_REGISTERS: &str = include_str!("v7_f32_registers.wgsl");
 
 /// Largest head dimension (`MAX_OUT_CHUNKS` and `MAX_FRAGMENTS` in the shaders).
 pub const MAX_HEAD_DIM: usize = 256;
@@ -120,6 +124,160 @@ impl RegisterTiles {
         let values = (self.block_kv() / 4 + 1) * (5 + (out_chunks + 1) * 5);
         let per_tile = 1 + 2 * staging + scores + softmax + values;
         let setup = (self.block_q() * chunks).div_ceil(threads) + 1 + 5 * 9 + 5 * 9 + 5 * 9;
+        (shape.kv_len.div_ceil(self.block_kv()) * per_tile + setup) as u64
+    }
+}
+
+/// Version 7's shape of work, written into its source as constants: version 1's groups of 8
+/// threads sharing query rows (4 or 8 per thread), and whether the next tile of K and V is prefetched into
+/// registers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct F32Tiles {
+    /// Groups of 8 threads that share query rows: 1 to 16.
+    pub row_groups: usize,
+    /// Query rows per thread (and per group): 4 or 8. `BLOCK_Q = rows_per_thread * row_groups`.
+    pub rows_per_thread: usize,
+    /// Keys of a tile per thread: 1, 2 or 4. `BLOCK_KV = 8 * keys_per_thread`.
+    pub keys_per_thread: usize,
+    /// Whether each thread reads its share of the next tile into registers during this one.
+    pub prefetch: bool,
+}
+
+impl F32Tiles {
+    /// Query rows per workgroup.
+    pub fn block_q(&self) -> usize {
+        self.rows_per_thread * self.row_groups
+    }
+
+    /// Keys per tile.
+    pub fn block_kv(&self) -> usize {
+        8 * self.keys_per_thread
+    }
+
+    /// Threads per workgroup.
+    pub fn threads(&self) -> usize {
+        8 * self.row_groups
+    }
+
+    /// Bytes of workgroup memory at `head_dim`: the query rows, a tile of K and one of V (rows
+    /// padded to an odd number of vec4s), and P.
+    pub fn workgroup_bytes(&self, head_dim: usize) -> usize {
+        let chunks = head_dim.div_ceil(4);
+        let vec4 = 16;
+        let queries = self.block_q() * chunks * vec4;
+        let keys_and_values = 2 * self.block_kv() * (chunks | 1) * vec4;
+        queries + keys_and_values + self.block_q() * self.block_kv() * 4
+    }
+
+    /// vec4s of K (and as many of V) that each thread holds when it prefetches.
+    pub fn staged_per_thread(&self, head_dim: usize) -> usize {
+        (self.block_kv() * head_dim.div_ceil(4)).div_ceil(self.threads())
+    }
+
+    /// Every tile shape the tests check and the tuning example times at `head_dim`, the
+    /// preferred first: large tiles; prefetch only where each thread holds at most 8 vec4s of
+    /// K and 8 of V (more would crowd out the scores and O).
+    pub fn tried(head_dim: usize) -> Vec<Self> {
+        let shapes = [
+            (16, 4, 4),
+            (8, 8, 4),
+            (8, 4, 4),
+            (4, 8, 4),
+            (16, 4, 2),
+            (8, 8, 2),
+            (8, 4, 2),
+            (4, 4, 4),
+            (4, 4, 2),
+            (2, 4, 2),
+            (4, 4, 1),
+            (1, 4, 1),
+        ];
+        let mut all = Vec::new();
+        for (row_groups, rows_per_thread, keys_per_thread) in shapes {
+            let tiles = F32Tiles { row_groups, rows_per_thread, keys_per_thread, prefetch: true };
+            if tiles.staged_per_thread(head_dim) <= 8 {
+                all.push(tiles);
+            }
+            all.push(F32Tiles { prefetch: false, ..tiles });
+        }
+        all
+    }
+
+    /// The first of [`F32Tiles::tried`] that fits `device` at `head_dim`: in its workgroup
+    /// memory, and in whole subgroups ([`F32Tiles::check_subgroups`]).
+    pub fn for_device(device: &wgpu::Device, head_dim: usize) -> Result<Self, AttentionError> {
+        let mut tried = Self::tried(head_dim);
+        tried.retain(|t| t.check_subgroups(device).is_ok());
+        first_that_fits(device, &tried, |t| t.workgroup_bytes(head_dim))
+    }
+
+    /// Whether `device`'s subgroups tile a workgroup exactly, each holding whole groups of 8
+    /// threads (the shuffles of a row stay within one subgroup): a subgroup size that is a
+    /// multiple of 8 and divides the number of threads.
+    pub fn check_subgroups(&self, device: &wgpu::Device) -> Result<(), AttentionError> {
+        if !device.features().contains(wgpu::Features::SUBGROUP) {
+            let feature = "SUBGROUP";
+            return Err(GpuError::MissingFeature { feature, needed_for: "v7 f32 registers" }.into());
+        }
+        let info = device.adapter_info();
+        self.fits_subgroups(info.subgroup_min_size as usize, info.subgroup_max_size as usize)
+    }
+
+    /// Whether subgroups of `smallest` to `largest` threads (powers of two) tile a workgroup
+    /// exactly, each holding whole groups of 8 threads.
+    pub fn fits_subgroups(&self, smallest: usize, largest: usize) -> Result<(), AttentionError> {
+        if smallest < 8 || !smallest.is_power_of_two() || !self.threads().is_multiple_of(largest) {
+            return Err(GpuError::KernelMisuse(format!(
+                "v7 f32 registers: {} threads per workgroup in subgroups of {smallest} to \
+                 {largest}; expected subgroups of at least 8 threads (a power of two) that \
+                 divide the workgroup",
+                self.threads()
+            ))
+            .into());
+        }
+        Ok(())
+    }
+
+    /// Whether version 7 accepts these tiles: 1 to 16 row groups, a power of two, 4 or 8
+    /// rows and 1, 2 or 4 keys per thread.
+    pub fn check(&self) -> Result<(), AttentionError> {
+        let sensible = [1, 2, 4, 8, 16].contains(&self.row_groups)
+            && [4, 8].contains(&self.rows_per_thread)
+            && [1, 2, 4].contains(&self.keys_per_thread);
+        if !sensible {
+            return Err(GpuError::KernelMisuse(format!(
+                "v7 f32 registers: {self:?}; expected 1, 2, 4, 8 or 16 row groups, 4 or 8 \
+                 rows and 1, 2 or 4 keys per thread"
+            ))
+            .into());
+        }
+        Ok(())
+    }
+
+    /// Version 7's source for these tiles at `head_dim`: its constants set, its marked loops
+    /// unrolled ([`unroll`]).
+    pub fn source(&self, head_dim: usize) -> Result<String, AttentionError> {
+        let constants = [
+            ("HEAD_DIM", head_dim),
+            ("ROW_GROUPS", self.row_groups),
+            ("ROWS_PER_THREAD", self.rows_per_thread),
+            ("KEYS_PER_THREAD", self.keys_per_thread),
+            ("PREFETCH", self.prefetch as usize),
+        ];
+        unroll(&specialise(V7_F32_REGISTERS, &constants)?)
+    }
+
+    /// Loop iterations one thread runs at most, counted as [`RegisterTiles::loop_iterations`]
+    /// counts them; the unrolled loops are no loops any more.
+    pub fn loop_iterations(&self, shape: &AttentionShape) -> u64 {
+        let chunks = shape.head_dim.div_ceil(4);
+        let staging = if self.prefetch {
+            0
+        } else {
+            2 * ((self.block_kv() * chunks).div_ceil(self.threads()) + 1)
+        };
+        let per_tile = 1 + staging + (chunks + 1) + (self.block_kv() / 4 + 1);
+        let setup = (self.block_q() * chunks).div_ceil(self.threads()) + 2;
         (shape.kv_len.div_ceil(self.block_kv()) * per_tile + setup) as u64
     }
 }
@@ -507,6 +665,8 @@ pub enum Tiles {
     Pipelined(PipelinedTiles),
     /// Version 6 (the same shapes as version 5; V is never transposed).
     InRegisters(PipelinedTiles),
+    /// Version 7.
+    F32Registers(F32Tiles),
 }
 
 impl Tiles {
@@ -517,6 +677,7 @@ impl Tiles {
             Tiles::TensorCore(_) => TensorCoreTiles::BLOCK_Q,
             Tiles::Specialised(t) => t.block_q(),
             Tiles::Pipelined(t) | Tiles::InRegisters(t) => t.block_q(),
+            Tiles::F32Registers(t) => t.block_q(),
         }
     }
 
@@ -525,6 +686,7 @@ impl Tiles {
     fn loop_iterations(&self, shape: &AttentionShape) -> u64 {
         match self {
             Tiles::Register(t) => t.loop_iterations(shape),
+            Tiles::F32Registers(t) => t.loop_iterations(shape),
             Tiles::TensorCore(_)
             | Tiles::Specialised(_)
             | Tiles::Pipelined(_)
@@ -551,6 +713,7 @@ impl Tiles {
             Tiles::TensorCore(t) => t.workgroup_bytes(head_dim),
             Tiles::Specialised(t) => t.workgroup_bytes(head_dim),
             Tiles::Pipelined(t) | Tiles::InRegisters(t) => t.workgroup_bytes(head_dim),
+            Tiles::F32Registers(t) => t.workgroup_bytes(head_dim),
         }
     }
 
@@ -578,6 +741,13 @@ impl Tiles {
             Tiles::InRegisters(t) => {
                 format!("v6 {}x{}x16 rows, {} keys", t.subgroups, t.row_tiles, t.block_kv)
             }
+            Tiles::F32Registers(t) => format!(
+                "v7 {}x{} rows, {} keys{}",
+                t.row_groups,
+                t.rows_per_thread,
+                t.block_kv(),
+                if t.prefetch { ", prefetch" } else { "" }
+            ),
         }
     }
 }
@@ -797,6 +967,36 @@ impl Kernel {
         Self::specialised_kernel(device, name, head_dim, Tiles::InRegisters(tiles), source)
     }
 
+    /// Version 7 for `head_dim`, with the largest tiles that fit `device`.
+    pub fn f32_registers(device: &wgpu::Device, head_dim: usize) -> Result<Self, AttentionError> {
+        check_head_dim(head_dim)?;
+        Self::f32_registers_with(device, head_dim, F32Tiles::for_device(device, head_dim)?)
+    }
+
+    /// Version 7 for `head_dim` with the given tiles (the tests and the tuning try several),
+    /// compiled without wgpu's run-time checks: its tests cover every index.
+    pub fn f32_registers_with(
+        device: &wgpu::Device,
+        head_dim: usize,
+        tiles: F32Tiles,
+    ) -> Result<Self, AttentionError> {
+        check_head_dim(head_dim)?;
+        tiles.check()?;
+        tiles.check_subgroups(device)?;
+        let available = device.limits().max_compute_workgroup_storage_size as usize;
+        let needed = tiles.workgroup_bytes(head_dim);
+        if needed > available {
+            return Err(AttentionError::TilesDoNotFit { needed, available });
+        }
+        let source = tiles.source(head_dim)?;
+        let label = "v7_f32_registers.wgsl";
+        let pipeline =
+            compile_with_checks(device, label, &source, "flash_forward", &[], Checks::Off)?;
+        let shader = Shader { source, overrides: Vec::new(), checks: Checks::Off };
+        let (name, tiles, storage) = ("v7 f32 registers", Tiles::F32Registers(tiles), Storage::F32);
+        Ok(Self { name, pipeline, head_dim, tiles, storage, shader })
+    }
+
     /// The version that `tiles` belong to, compiled with them for `head_dim` (versions 2
     /// and 3 choose their own tiles: `Tiles::TensorCore` gives version 3).
     pub fn with_tiles(
@@ -812,6 +1012,7 @@ impl Kernel {
             Tiles::InRegisters(t) => {
                 Self::in_registers_with(device, head_dim, t, LeaveOut::NOTHING)
             }
+            Tiles::F32Registers(t) => Self::f32_registers_with(device, head_dim, t),
         }
     }
 
@@ -835,7 +1036,7 @@ impl AttentionKernel for Kernel {
     /// Rows are read as `vec4`, and by the tensor cores as 16-wide slices.
     fn row_alignment(&self) -> usize {
         match self.tiles {
-            Tiles::Register(_) => 4,
+            Tiles::Register(_) | Tiles::F32Registers(_) => 4,
             Tiles::TensorCore(_)
             | Tiles::Specialised(_)
             | Tiles::Pipelined(_)
@@ -931,6 +1132,14 @@ pub fn versions() -> Vec<KernelVersion> {
     fn in_registers(device: &wgpu::Device, d: usize) -> Built {
         boxed(Kernel::in_registers(device, d))
     }
+    let v7 = About {
+        name: "v7 f32 registers",
+        change: "v1 with v6's constants and unrolled loops (arrays in registers), shuffles, prefetch",
+        ..v1
+    };
+    fn f32_registers(device: &wgpu::Device, d: usize) -> Built {
+        boxed(Kernel::f32_registers(device, d))
+    }
     vec![
         KernelVersion::new(v1, register_tiles),
         KernelVersion::new(v2, tensor_cores).requiring(tensor_core_features),
@@ -938,6 +1147,7 @@ pub fn versions() -> Vec<KernelVersion> {
         KernelVersion::new(v4, specialised).requiring(tensor_core_features),
         KernelVersion::new(v5, pipelined).requiring(tensor_core_features),
         KernelVersion::new(v6, in_registers).requiring(tensor_core_features),
+        KernelVersion::new(v7, f32_registers).requiring(wgpu::Features::SUBGROUP),
     ]
 }
 // ANCHOR_END: versions

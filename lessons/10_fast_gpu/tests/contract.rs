@@ -3,7 +3,7 @@
 //! bodies are the shared ones of `testkit::checks`; only the forward function differs.
 
 use gpu::attention::{KernelVersion, Prepared, attention_on};
-use lesson10::{Kernel, RegisterTiles, Tiles};
+use lesson10::{F32Tiles, Kernel, RegisterTiles, Tiles};
 use ndarray::Array4;
 use proptest::prelude::*;
 use reference::{AttentionOptions, Forward, Problem, ProblemSpec, check_output, oracle};
@@ -75,8 +75,60 @@ proptest! {
     }
 }
 
-/// The tensor-core version that `tiles` belong to, compiled with them, on the test device.
-fn with_tensor_core_tiles(tiles: Tiles) -> impl Forward {
+/// Every tile shape of version 7 at `head_dim` that fits the test device (its workgroup
+/// memory and its subgroups).
+fn f32_shapes(head_dim: usize) -> Vec<F32Tiles> {
+    let Some(gpu) = gpu::for_tests() else { return Vec::new() };
+    let available = gpu.device.limits().max_compute_workgroup_storage_size as usize;
+    let mut shapes = F32Tiles::tried(head_dim);
+    shapes.retain(|t| {
+        t.workgroup_bytes(head_dim) <= available && t.check_subgroups(&gpu.device).is_ok()
+    });
+    shapes
+}
+
+/// Version 7 with given tiles, on the test device.
+fn with_f32_tiles(tiles: F32Tiles) -> impl Forward {
+    compiled_with(Tiles::F32Registers(tiles))
+}
+
+proptest! {
+    #![proptest_config(config(32))]
+
+    #[test]
+    fn f32_registers_match_the_oracle_for_any_tile_size(case in cases(ShapeLimits::GPU), pick: usize) {
+        let shapes = f32_shapes(case.spec.head_dim);
+        if shapes.is_empty() { return Ok(()); }
+        let tiles = shapes[pick % shapes.len()];
+        let tolerance = lesson10::versions()[0].about.tolerance;
+        check_against_oracle(&with_f32_tiles(tiles), &case, tolerance)
+            .map_err(|e| TestCaseError::fail(format!("{tiles:?}: {e}")))?;
+        check_heads_independent(&with_f32_tiles(tiles), &case).map_err(TestCaseError::fail)?;
+    }
+}
+
+/// Every tile shape of version 7 on the tails and causal offsets of
+/// `head_dims_64_128_256_tails_and_causal_offsets`, at D = 64 and 128.
+#[test]
+fn every_f32_tile_shape_on_tails_and_causal_offsets() {
+    let tolerance = lesson10::versions()[0].about.tolerance;
+    for head_dim in [64, 128] {
+        for tiles in f32_shapes(head_dim) {
+            let forward = with_f32_tiles(tiles);
+            for (q_len, kv_len) in [(65, 33), (33, 65), (1, 97), (97, 1)] {
+                for causal in [false, true] {
+                    let spec = ProblemSpec::new(1, 2, q_len, kv_len, head_dim).causal(causal);
+                    let case = Case { spec, seed: 4 };
+                    check_against_oracle(&forward, &case, tolerance)
+                        .unwrap_or_else(|e| panic!("{tiles:?}, {case:?}: {e}"));
+                }
+            }
+        }
+    }
+}
+
+/// The version that `tiles` belong to, compiled with them, on the test device.
+fn compiled_with(tiles: Tiles) -> impl Forward {
     let gpu = gpu::for_tests().expect("checked by the test before");
     move |q: &Array4<f32>, k: &Array4<f32>, v: &Array4<f32>, o: &AttentionOptions| {
         let kernel = Kernel::with_tiles(&gpu.device, q.dim().3, tiles)?;
@@ -111,7 +163,7 @@ proptest! {
         let shapes = tensor_core_shapes(case.spec.head_dim);
         if shapes.is_empty() { return Ok(()); }
         let tiles = shapes[pick % shapes.len()];
-        check_against_oracle(&with_tensor_core_tiles(tiles), &case, tensor_core_tolerance())
+        check_against_oracle(&compiled_with(tiles), &case, tensor_core_tolerance())
             .map_err(|e| TestCaseError::fail(format!("{}: {e}", tiles.describe())))?;
     }
 }
@@ -124,7 +176,7 @@ fn tensor_core_tiles_rescale_correctly() {
         let p = growing_scores(head_dim);
         let expected = oracle::expected(&p.q, &p.k, &p.v, &p.options).unwrap();
         for tiles in tensor_core_shapes(head_dim) {
-            let out = run(&with_tensor_core_tiles(tiles), &p).unwrap();
+            let out = run(&compiled_with(tiles), &p).unwrap();
             check_output(&out, &expected, tensor_core_tolerance())
                 .unwrap_or_else(|e| panic!("{}, D={head_dim}: {e}", tiles.describe()));
         }
@@ -157,7 +209,7 @@ fn head_dims_64_128_256_tails_and_causal_offsets() {
 fn every_tensor_core_tile_shape_on_tails_and_causal_offsets() {
     for head_dim in [64, 128] {
         for tiles in tensor_core_shapes(head_dim) {
-            let forward = with_tensor_core_tiles(tiles);
+            let forward = compiled_with(tiles);
             for (q_len, kv_len) in [(65, 33), (33, 65), (1, 97), (97, 1)] {
                 for causal in [false, true] {
                     let spec = ProblemSpec::new(1, 2, q_len, kv_len, head_dim).causal(causal);
@@ -280,7 +332,46 @@ fn lavapipe_loop_limit_is_refused_not_silently_wrong() {
     assert!(err.to_string().contains("LP_MAX_TGSI_LOOP_ITERATIONS"), "{err}");
 }
 
+/// The same for version 7, whose unrolled loops leave fewer loops to count.
+#[test]
+fn lavapipe_loop_limit_is_refused_for_f32_registers_too() {
+    let Some(gpu) = gpu::for_tests() else { return };
+    if !gpu.info.name.contains("llvmpipe") {
+        return;
+    }
+    let tiles = F32Tiles { row_groups: 1, rows_per_thread: 4, keys_per_thread: 1, prefetch: false };
+    let limit = gpu::kernel::LAVAPIPE_LOOP_LIMIT;
+    let fits =
+        |n: usize| tiles.loop_iterations(&ProblemSpec::new(1, 1, 1, n, 128).shape()) <= limit;
+    let largest = (1..100_000).take_while(|&n| fits(n)).last().unwrap();
+    let at_limit = Case { spec: ProblemSpec::new(1, 1, 1, largest, 128), seed: 1 };
+    check_against_oracle(&with_f32_tiles(tiles), &at_limit, reference::Tolerance::F32).unwrap();
+    let beyond = ProblemSpec::new(1, 1, 1, largest + 1, 128);
+    let err = run(&with_f32_tiles(tiles), &Problem::random(&beyond, 1)).unwrap_err();
+    assert!(err.to_string().contains("LP_MAX_TGSI_LOOP_ITERATIONS"), "{err}");
+}
+
 #[test]
 fn every_barrier_is_in_uniform_control_flow() {
     gpu::uniformity::check_barriers(lesson10::V1_REGISTER_TILES).unwrap();
+    for tiles in F32Tiles::tried(64) {
+        gpu::uniformity::check_barriers(&tiles.source(64).unwrap())
+            .unwrap_or_else(|e| panic!("{tiles:?}: {e}"));
+    }
+}
+
+/// Version 7's row exchanges need subgroups that tile the workgroup in whole groups of 8.
+#[test]
+fn f32_registers_refuse_subgroups_that_would_mix_rows() {
+    // 32 threads: whole subgroups of 8 or 32, not of 64.
+    let tiles = F32Tiles { row_groups: 4, rows_per_thread: 4, keys_per_thread: 4, prefetch: true };
+    assert!(tiles.fits_subgroups(8, 8).is_ok());
+    assert!(tiles.fits_subgroups(32, 32).is_ok());
+    for (smallest, largest) in [(4, 4), (64, 64), (8, 64), (12, 12)] {
+        let err = tiles.fits_subgroups(smallest, largest).unwrap_err().to_string();
+        assert!(err.contains("expected subgroups of at least 8 threads"), "{err}");
+    }
+    for odd in [F32Tiles { row_groups: 3, ..tiles }, F32Tiles { rows_per_thread: 6, ..tiles }] {
+        assert!(odd.check().unwrap_err().to_string().contains("row groups"));
+    }
 }

@@ -3,7 +3,7 @@
 //! The hidden checks of the exercises, the planted-bug mutants they must catch, and the
 //! `cargo grade` command (`src/bin/grade.rs`; the self-check runs in `src/bin/self_check.rs`).
 //!
-//! * [`ex01`] to `ex09`: one folder per exercise: its adapter trait, its checks and the
+//! * [`ex01`] to `ex10`: one folder per exercise: its adapter trait, its checks and the
 //!   lesson's implementation of the trait (the reference solution) in `mod.rs`, its planted
 //!   bugs in `mutants.rs`, and `hidden.rs`, the `main` of its hidden test binary, attached to
 //!   the exercise crate as its `hidden` test.
@@ -17,7 +17,7 @@
 //!
 //! Each exercise crate builds its hidden tests on its own (`cargo test -p ex03 --test hidden`),
 //! so one half-finished exercise never stops another from being graded. The GPU exercises
-//! (`ex08`, `ex09`) and `wgsl_mutants` need the `gpu` feature, which exercises 08 and 09 turn
+//! (`ex08` to `ex10`) and `wgsl_mutants` need the `gpu` feature, which exercises 08 to 10 turn
 //! on.
 //!
 //! Beside them, `tests/equivalence.rs` checks that every registered stage computes the same
@@ -36,6 +36,8 @@ pub mod ex07;
 pub mod ex08;
 #[cfg(feature = "gpu")]
 pub mod ex09;
+#[cfg(feature = "gpu")]
+pub mod ex10;
 pub mod forward;
 pub mod hidden;
 pub mod memory;

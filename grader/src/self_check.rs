@@ -135,7 +135,8 @@ pub fn run() -> Vec<Report> {
 fn gpu_reports() -> Vec<Report> {
     use crate::ex08::mutants::NAIVE_BUGS;
     use crate::ex09::mutants::FLASH_BUGS;
-    use crate::{ex08, ex09};
+    use crate::ex10::mutants::MICRO_TILE_BUGS;
+    use crate::{ex08, ex09, ex10};
     vec![
         report(
             "ex08",
@@ -158,6 +159,18 @@ fn gpu_reports() -> Vec<Report> {
                 .map(|b| {
                     let checks = ex09::checks(ex09::Shader(b.plant(lesson09::SHADER)));
                     (b.name.to_string(), b.caught_by, checks)
+                })
+                .collect(),
+        ),
+        report(
+            "ex10",
+            ex10::checks(ex10::lesson()),
+            None,
+            MICRO_TILE_BUGS
+                .iter()
+                .map(|b| {
+                    let source = b.plant(lesson10::V7_F32_REGISTERS);
+                    (b.name.to_string(), b.caught_by, ex10::checks(ex10::Shader(source)))
                 })
                 .collect(),
         ),

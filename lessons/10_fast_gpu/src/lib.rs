@@ -257,6 +257,11 @@ impl F32Tiles {
     /// Version 7's source for these tiles at `head_dim`: its constants set, its marked loops
     /// unrolled ([`unroll`]).
     pub fn source(&self, head_dim: usize) -> Result<String, AttentionError> {
+        self.source_from(V7_F32_REGISTERS, head_dim)
+    }
+
+    /// `template` (version 7's source, or exercise 10's) for these tiles at `head_dim`.
+    pub fn source_from(&self, template: &str, head_dim: usize) -> Result<String, AttentionError> {
         let constants = [
             ("HEAD_DIM", head_dim),
             ("ROW_GROUPS", self.row_groups),
@@ -264,7 +269,7 @@ impl F32Tiles {
             ("KEYS_PER_THREAD", self.keys_per_thread),
             ("PREFETCH", self.prefetch as usize),
         ];
-        unroll(&specialise(V7_F32_REGISTERS, &constants)?)
+        unroll(&specialise(template, &constants)?)
     }
 
     /// Loop iterations one thread runs at most, counted as [`RegisterTiles::loop_iterations`]
@@ -980,6 +985,18 @@ impl Kernel {
         head_dim: usize,
         tiles: F32Tiles,
     ) -> Result<Self, AttentionError> {
+        Self::f32_registers_from(device, head_dim, tiles, V7_F32_REGISTERS, Checks::Off)
+    }
+
+    /// Version 7's host code with the shader `template` (exercise 10's runs a learner's, with
+    /// wgpu's run-time checks on) for `head_dim` and `tiles`.
+    pub fn f32_registers_from(
+        device: &wgpu::Device,
+        head_dim: usize,
+        tiles: F32Tiles,
+        template: &str,
+        checks: Checks,
+    ) -> Result<Self, AttentionError> {
         check_head_dim(head_dim)?;
         tiles.check()?;
         tiles.check_subgroups(device)?;
@@ -988,11 +1005,10 @@ impl Kernel {
         if needed > available {
             return Err(AttentionError::TilesDoNotFit { needed, available });
         }
-        let source = tiles.source(head_dim)?;
+        let source = tiles.source_from(template, head_dim)?;
         let label = "v7_f32_registers.wgsl";
-        let pipeline =
-            compile_with_checks(device, label, &source, "flash_forward", &[], Checks::Off)?;
-        let shader = Shader { source, overrides: Vec::new(), checks: Checks::Off };
+        let pipeline = compile_with_checks(device, label, &source, "flash_forward", &[], checks)?;
+        let shader = Shader { source, overrides: Vec::new(), checks };
         let (name, tiles, storage) = ("v7 f32 registers", Tiles::F32Registers(tiles), Storage::F32);
         Ok(Self { name, pipeline, head_dim, tiles, storage, shader })
     }

@@ -162,6 +162,66 @@ fn stage_keys(from_k: bool, slice: u32, first: u32, thread: u32) {
     }
 }
 
+// The thread's ROWS_PER_THREAD x KEYS_PER_THREAD block of S = Q K^T for the staged tile, not
+// yet scaled: s[i KEYS_PER_THREAD + j] is the score of query row rg + ROW_GROUPS i of q_tile
+// and key kg + KEY_GROUPS j of k_tile. Per chunk of the head dimension: KEYS_PER_THREAD keys
+// and ROWS_PER_THREAD query rows loaded, ROWS_PER_THREAD x KEYS_PER_THREAD dot products.
+fn score_block(rg: u32, kg: u32) -> array<f32, SCORES> {
+    var s: array<f32, SCORES>;
+    // unroll
+    for (var n = 0u; n < SCORES; n++) {
+        s[n] = 0.0;
+    }
+    for (var c = 0u; c < CHUNKS; c++) {
+        var keys: array<vec4<f32>, KEYS_PER_THREAD>;
+        // unroll
+        for (var j = 0u; j < KEYS_PER_THREAD; j++) {
+            keys[j] = k_tile[(kg + KEY_GROUPS * j) * KV_STRIDE + c];
+        }
+        // unroll
+        for (var i = 0u; i < ROWS_PER_THREAD; i++) {
+            let q_chunk = q_tile[(rg + ROW_GROUPS * i) * CHUNKS + c];
+            // unroll
+            for (var j = 0u; j < KEYS_PER_THREAD; j++) {
+                s[i * KEYS_PER_THREAD + j] += dot(q_chunk, keys[j]);
+            }
+        }
+    }
+    return s;
+}
+
+// acc plus P V of the staged tile for the thread's rows and O chunks: acc[i OUT_CHUNKS + u]
+// is chunk kg + KEY_GROUPS u of query row rg + ROW_GROUPS i, P is row-major in p_tile (rows
+// of BLOCK_KV weights, 4 to a vec4), V in v_tile. Four keys at a time: per row one vec4 of P,
+// per chunk four rows of V.
+fn add_values(
+    acc: array<vec4<f32>, ACCUMULATORS>, rg: u32, kg: u32,
+) -> array<vec4<f32>, ACCUMULATORS> {
+    var sum = acc;
+    for (var quad = 0u; quad < KEY_QUADS; quad++) {
+        let key = 4u * quad;
+        var p4: array<vec4<f32>, ROWS_PER_THREAD>;
+        // unroll
+        for (var i = 0u; i < ROWS_PER_THREAD; i++) {
+            p4[i] = p_tile[(rg + ROW_GROUPS * i) * KEY_QUADS + quad];
+        }
+        // unroll
+        for (var u = 0u; u < OUT_CHUNKS; u++) {
+            let chunk = min(kg + KEY_GROUPS * u, CHUNKS - 1u);  // past D: computed, never written
+            let v0 = v_tile[key * KV_STRIDE + chunk];
+            let v1 = v_tile[(key + 1u) * KV_STRIDE + chunk];
+            let v2 = v_tile[(key + 2u) * KV_STRIDE + chunk];
+            let v3 = v_tile[(key + 3u) * KV_STRIDE + chunk];
+            // unroll
+            for (var i = 0u; i < ROWS_PER_THREAD; i++) {
+                let p = p4[i];
+                sum[i * OUT_CHUNKS + u] += p.x * v0 + p.y * v1 + p.z * v2 + p.w * v3;
+            }
+        }
+    }
+    return sum;
+}
+
 @compute @workgroup_size(THREADS)
 fn flash_forward(
     @builtin(workgroup_id) tile: vec3<u32>,
@@ -234,30 +294,9 @@ fn flash_forward(
             v_next = fetch(false, slice, kv_start + BLOCK_KV, thread);
         }
 
-        // 2. This thread's ROWS_PER_THREAD x KEYS_PER_THREAD block of scores: s[i KEYS_PER_THREAD + j] for
-        // row rg + ROW_GROUPS i and key kg + KEY_GROUPS j of the tile.
-        var s: array<f32, SCORES>;
-        // unroll
-        for (var n = 0u; n < SCORES; n++) {
-            s[n] = 0.0;
-        }
-        for (var c = 0u; c < CHUNKS; c++) {
-            var keys: array<vec4<f32>, KEYS_PER_THREAD>;
-            // unroll
-            for (var j = 0u; j < KEYS_PER_THREAD; j++) {
-                keys[j] = k_tile[(kg + KEY_GROUPS * j) * KV_STRIDE + c];
-            }
-            // unroll
-            for (var i = 0u; i < ROWS_PER_THREAD; i++) {
-                let q_chunk = q_tile[(rg + ROW_GROUPS * i) * CHUNKS + c];
-                // unroll
-                for (var j = 0u; j < KEYS_PER_THREAD; j++) {
-                    s[i * KEYS_PER_THREAD + j] += dot(q_chunk, keys[j]);
-                }
-            }
-        }
-
-        // Scale, mask where needed, the online-softmax rescale, and P into p_tile.
+        // 2. This thread's block of scores, scaled and masked where needed; the online-softmax
+        // rescale, and P into p_tile.
+        var s = score_block(rg, kg);
         let masked_tile = kv_start + BLOCK_KV > all_see;
         // unroll
         for (var i = 0u; i < ROWS_PER_THREAD; i++) {
@@ -293,28 +332,8 @@ fn flash_forward(
         }
         workgroupBarrier();
 
-        // 3. O += P V: four keys at a time, for the thread's rows and O chunks.
-        for (var quad = 0u; quad < KEY_QUADS; quad++) {
-            let key = 4u * quad;
-            var p4: array<vec4<f32>, ROWS_PER_THREAD>;
-            // unroll
-            for (var i = 0u; i < ROWS_PER_THREAD; i++) {
-                p4[i] = p_tile[(rg + ROW_GROUPS * i) * KEY_QUADS + quad];
-            }
-            // unroll
-            for (var u = 0u; u < OUT_CHUNKS; u++) {
-                let chunk = min(kg + KEY_GROUPS * u, CHUNKS - 1u);  // past D: computed, never written
-                let v0 = v_tile[key * KV_STRIDE + chunk];
-                let v1 = v_tile[(key + 1u) * KV_STRIDE + chunk];
-                let v2 = v_tile[(key + 2u) * KV_STRIDE + chunk];
-                let v3 = v_tile[(key + 3u) * KV_STRIDE + chunk];
-                // unroll
-                for (var i = 0u; i < ROWS_PER_THREAD; i++) {
-                    let p = p4[i];
-                    acc[i * OUT_CHUNKS + u] += p.x * v0 + p.y * v1 + p.z * v2 + p.w * v3;
-                }
-            }
-        }
+        // 3. O += P V for the thread's rows and O chunks.
+        acc = add_values(acc, rg, kg);
         workgroupBarrier();
     }
 

@@ -11,17 +11,21 @@
 //! ```text
 //! cargo run --release -p lesson10 --example shader_stats                  # D = 64, 128, 256
 //! cargo run --release -p lesson10 --example shader_stats -- --head-dims 64 --out stats/
+//! cargo run --release -p lesson10 --example shader_stats -- --only v6,v8     # names starting so
 //! ```
 //!
 //! With `--out DIR`, each kernel's statistics and the driver's internal representations (where
-//! it gives any) are written to `DIR/<kernel>.txt`.
+//! it gives any) are written to `DIR/<kernel>.txt`, and the driver's pipeline-cache data for
+//! that kernel alone (which holds its machine code) to `DIR/<kernel>.cache`.
 
 use std::ffi::CStr;
 
 use ash::vk;
 use gpu::Gpu;
 use gpu::kernel::Checks;
-use lesson10::{F32Tiles, Kernel, LeaveOut, PipelinedTiles, RegisterTiles, Shader, Tiles};
+use lesson10::{
+    F32Tiles, Kernel, LeanTiles, LeaveOut, PipelinedTiles, RegisterTiles, Shader, Tiles,
+};
 
 /// naga's SPIR-V for `shader`'s entry point `flash_forward`, with the options wgpu uses.
 fn spirv(shader: &Shader) -> Result<Vec<u32>, String> {
@@ -43,6 +47,14 @@ const ATTENTION_BINDINGS: [vk::DescriptorType; 6] = [
 /// A Vulkan error as text, naming the call that gave it.
 fn vk_err(what: &'static str) -> impl Fn(vk::Result) -> String {
     move |e| format!("{what}: {e}")
+}
+
+/// What the driver says of one compiled kernel: its statistics as `name: value` lines, its
+/// text internal representations (if it gives any), and its pipeline-cache data.
+struct Compiled {
+    statistics: Vec<String>,
+    representations: Vec<String>,
+    cache: Vec<u8>,
 }
 
 /// A Vulkan device opened with every feature the adapter has and the extension that reports
@@ -139,14 +151,14 @@ impl Vulkan {
         Ok((set_layout, layout))
     }
 
-    /// The driver's statistics of `words` as a compute pipeline whose bindings have the types
-    /// `bindings`, as `name: value` lines, and its internal representations (text ones only).
+    /// What the driver says of `words` compiled as a compute pipeline whose bindings have the
+    /// types `bindings`.
     fn statistics(
         &self,
         words: &[u32],
         entry: &CStr,
         bindings: &[vk::DescriptorType],
-    ) -> Result<(Vec<String>, Vec<String>), String> {
+    ) -> Result<Compiled, String> {
         let (set_layout, layout) = self.layout(bindings)?;
         let module = unsafe {
             self.device
@@ -161,10 +173,16 @@ impl Vulkan {
             vk::PipelineCreateFlags::CAPTURE_STATISTICS_KHR
                 | vk::PipelineCreateFlags::CAPTURE_INTERNAL_REPRESENTATIONS_KHR,
         );
-        let pipeline = unsafe {
-            self.device.create_compute_pipelines(vk::PipelineCache::null(), &[create], None)
+        // A fresh pipeline cache per kernel: its data afterwards is the driver's own blob for
+        // this one pipeline, which holds the machine code (written out with --out).
+        let cache = unsafe {
+            self.device.create_pipeline_cache(&vk::PipelineCacheCreateInfo::default(), None)
         }
-        .map_err(|(_, e)| format!("vkCreateComputePipelines: {e}"))?[0];
+        .map_err(vk_err("pipeline cache"))?;
+        let pipeline = unsafe { self.device.create_compute_pipelines(cache, &[create], None) }
+            .map_err(|(_, e)| format!("vkCreateComputePipelines: {e}"))?[0];
+        let blob = unsafe { self.device.get_pipeline_cache_data(cache) }
+            .map_err(vk_err("pipeline cache data"))?;
         let mut lines = Vec::new();
         let mut representations = Vec::new();
         let info = vk::PipelineInfoKHR::default().pipeline(pipeline);
@@ -196,12 +214,13 @@ impl Vulkan {
             representations.extend(self.representations(&executable)?);
         }
         unsafe {
+            self.device.destroy_pipeline_cache(cache, None);
             self.device.destroy_pipeline(pipeline, None);
             self.device.destroy_shader_module(module, None);
             self.device.destroy_pipeline_layout(layout, None);
             self.device.destroy_descriptor_set_layout(set_layout, None);
         }
-        Ok((lines, representations))
+        Ok(Compiled { statistics: lines, representations, cache: blob })
     }
 
     /// The text internal representations of one executable (the driver's intermediate code or
@@ -284,12 +303,25 @@ fn kernels(gpu: &Gpu, head_dim: usize) -> Vec<(String, Result<Kernel, String>)> 
             all.push((Tiles::F32Registers(tiles).describe(), kernel.map_err(|e| e.to_string())));
         }
     }
-    // Version 6 without its rescale, its output or both: which part keeps an array in memory.
+    // Version 8's shapes are among the tensor-core ones above; its other load timings here.
+    for tiles in LeanTiles::load_choices(head_dim) {
+        if tiles.workgroup_bytes(head_dim) <= available {
+            let kernel = Kernel::lean_with(device, head_dim, tiles);
+            all.push((Tiles::Lean(tiles).describe(), kernel.map_err(|e| e.to_string())));
+        }
+    }
+    // Version 6 without parts of its work: which part keeps an array in memory, and how many
+    // registers each part takes (the registers decide how many workgroups share a
+    // multiprocessor, so leaving a part out can change that too).
     if let Ok(best) = PipelinedTiles::for_device_in_registers(device, head_dim) {
         for (what, leave_out) in [
             ("rescale", LeaveOut::RESCALE),
             ("output", LeaveOut::OUTPUT),
             ("rescale, output", LeaveOut::RESCALE.and(LeaveOut::OUTPUT)),
+            ("softmax", LeaveOut::SOFTMAX),
+            ("K/V staging", LeaveOut::STAGING),
+            ("K/V loads", LeaveOut::LOADS),
+            ("K/V stores", LeaveOut::STASH),
         ] {
             let kernel = Kernel::in_registers_with(device, head_dim, best, leave_out);
             let name = format!("{} without {what}", Tiles::InRegisters(best).describe());
@@ -304,6 +336,7 @@ fn main() -> Result<(), String> {
     let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1));
     let head_dims = bench::report::list_arg(&args, "--head-dims", vec![64, 128, 256])?;
     let out = value("--out").map(std::path::PathBuf::from);
+    let only: Vec<String> = bench::report::list_arg(&args, "--only", Vec::new())?;
     if let Some(dir) = &out {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
@@ -325,13 +358,18 @@ fn main() -> Result<(), String> {
         let words =
             gpu::kernel::spirv(&source, "main", &[], Checks::Off).map_err(|e| e.to_string())?;
         match vulkan.statistics(&words, c"main", &[vk::DescriptorType::STORAGE_BUFFER]) {
-            Ok((lines, _)) => println!("mode {mode}, {products} products: {}", lines.join(", ")),
+            Ok(compiled) => {
+                println!("mode {mode}, {products} products: {}", compiled.statistics.join(", "))
+            }
             Err(e) => println!("mode {mode}: {e}"),
         }
     }
     for head_dim in head_dims {
         println!("\nD = {head_dim}");
         for (name, kernel) in kernels(gpu, head_dim) {
+            if !only.is_empty() && !only.iter().any(|prefix| name.starts_with(prefix.as_str())) {
+                continue;
+            }
             let kernel = match kernel {
                 Ok(kernel) => kernel,
                 Err(e) => {
@@ -342,7 +380,7 @@ fn main() -> Result<(), String> {
             let result = spirv(kernel.shader())
                 .and_then(|words| vulkan.statistics(&words, c"flash_forward", &ATTENTION_BINDINGS));
             match result {
-                Ok((lines, representations)) => {
+                Ok(Compiled { statistics: lines, representations, cache }) => {
                     println!("{name}: {}", lines.join(", "));
                     if let Some(dir) = &out {
                         let file: String = format!("d{head_dim} {name}")
@@ -352,6 +390,8 @@ fn main() -> Result<(), String> {
                         let text =
                             format!("{}\n\n{}\n", lines.join("\n"), representations.join("\n\n"));
                         std::fs::write(dir.join(format!("{file}.txt")), text)
+                            .map_err(|e| e.to_string())?;
+                        std::fs::write(dir.join(format!("{file}.cache")), &cache)
                             .map_err(|e| e.to_string())?;
                     }
                 }

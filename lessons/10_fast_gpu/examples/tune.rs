@@ -15,6 +15,10 @@
 //! cargo run --release -p lesson10 --example tune -- --only v3,v6      # names starting so
 //! cargo run --release -p lesson10 --example tune -- --only v1,v7      # the f32 versions
 //! cargo run --release -p lesson10 --example tune -- --ablate 4x1x64   # parts left out of these
+//! cargo run --release -p lesson10 --example tune -- --ablate none     # no parts left out
+//! cargo run --release -p lesson10 --example tune -- --only v8 --causal no  # no causal column
+//! cargo run --release -p lesson10 --example tune -- --only v6 --waves 1,2,3,4  # occupancy
+//! cargo run --release -p lesson10 --example tune -- --only v8 --keep-going  # time wrong ones too
 //! ```
 
 use std::sync::Arc;
@@ -24,7 +28,7 @@ use bench::report::{Cell, Table};
 use gpu::attention::{AttentionBuffers, AttentionKernel, Prepared, attention_on};
 use gpu::kernel::Checks;
 use gpu::{Gpu, GpuTimer};
-use lesson10::{F32Tiles, Kernel, LeaveOut, PipelinedTiles, Tiles};
+use lesson10::{F32Tiles, Kernel, LeanTiles, LeaveOut, PipelinedTiles, Tiles};
 use reference::Storage;
 use reference::{About, AttentionError, ForwardVersion, Problem, ProblemSpec, Tolerance};
 
@@ -39,13 +43,20 @@ struct Candidate {
     storage: Storage,
 }
 
-/// Versions 3 and 1, every tile shape of versions 4 to 7 that fits, and version 6 with parts
-/// left out: with `ablate`'s tiles where they fit, else with the tiles version 6 chooses.
-fn candidates(
-    device: &wgpu::Device,
-    head_dim: usize,
-    ablate: Option<PipelinedTiles>,
-) -> Vec<Candidate> {
+/// Which version 6 the parts are left out of (`--ablate`).
+#[derive(Clone, Copy)]
+enum Ablate {
+    /// The tiles version 6 chooses on the device (no `--ablate`).
+    Chosen,
+    /// These tiles where they fit, else the chosen ones (`--ablate 4x2x32`).
+    Tiles(PipelinedTiles),
+    /// None at all (`--ablate none`).
+    Nothing,
+}
+
+/// Versions 3 and 1, every tile shape of versions 4 to 8 that fits, and version 6 with parts
+/// left out (see [`Ablate`]).
+fn candidates(device: &wgpu::Device, head_dim: usize, ablate: Ablate) -> Vec<Candidate> {
     let available = device.limits().max_compute_workgroup_storage_size as usize;
     let mut all = vec![Candidate {
         name: "v3 no bounds checks".into(),
@@ -61,8 +72,12 @@ fn candidates(
     });
     let f32_shapes =
         F32Tiles::tried(head_dim).into_iter().filter(|t| t.check_subgroups(device).is_ok());
-    let shapes =
-        Tiles::tensor_core_shapes(head_dim).into_iter().chain(f32_shapes.map(Tiles::F32Registers));
+    // Version 8's shapes are among the tensor-core ones; its other load timings beside them.
+    let loads = LeanTiles::load_choices(head_dim).into_iter().map(Tiles::Lean);
+    let shapes = Tiles::tensor_core_shapes(head_dim)
+        .into_iter()
+        .chain(f32_shapes.map(Tiles::F32Registers))
+        .chain(loads);
     for tiles in shapes {
         if tiles.workgroup_bytes(head_dim) <= available {
             all.push(Candidate {
@@ -78,7 +93,12 @@ fn candidates(
         }
     }
     let fits = |t: &PipelinedTiles| t.workgroup_bytes(head_dim) <= available;
-    let best = match ablate.filter(fits) {
+    let wanted = match ablate {
+        Ablate::Nothing => return all,
+        Ablate::Tiles(tiles) => Some(tiles),
+        Ablate::Chosen => None,
+    };
+    let best = match wanted.filter(fits) {
         Some(tiles) => tiles,
         None => match PipelinedTiles::for_device_in_registers(device, head_dim) {
             Ok(tiles) => tiles,
@@ -137,7 +157,19 @@ fn main() -> Result<(), String> {
     let head_dims = list("--head-dims", vec![64, 128])?;
     let only: Vec<String> = bench::report::list_arg(&args, "--only", Vec::new())?;
     let seqs = list("--seqs", vec![4096, 16384])?;
+    let waves = list("--waves", Vec::new())?;
+    let keep_going = args.iter().any(|a| a == "--keep-going");
+    let masks: Vec<bool> = match args.iter().position(|a| a == "--causal") {
+        None => vec![false, true],
+        Some(i) => match args.get(i + 1).map(String::as_str) {
+            Some("no") => vec![false],
+            Some("yes") => vec![true],
+            Some("both") => vec![false, true],
+            other => return Err(format!("--causal {other:?}: expected no, yes or both")),
+        },
+    };
     let ablate = match args.iter().position(|a| a == "--ablate") {
+        Some(i) if args.get(i + 1).map(String::as_str) == Some("none") => Ablate::Nothing,
         Some(i) => {
             let shape = args.get(i + 1).ok_or("--ablate needs tiles such as 4x2x32")?;
             let numbers: Vec<usize> = shape.split('x').filter_map(|x| x.parse().ok()).collect();
@@ -146,9 +178,9 @@ fn main() -> Result<(), String> {
                     "--ablate {shape}: expected SUBGROUPSxROW_TILESxKEYS, e.g. 4x2x32"
                 ));
             };
-            Some(PipelinedTiles { subgroups, row_tiles, block_kv, transpose_v: false })
+            Ablate::Tiles(PipelinedTiles { subgroups, row_tiles, block_kv, transpose_v: false })
         }
-        None => None,
+        None => Ablate::Chosen,
     };
     let gpu = Gpu::shared().map_err(|e| e.to_string())?;
     let timer = GpuTimer::new(&gpu.device, &gpu.queue).map_err(|e| e.to_string())?;
@@ -189,16 +221,32 @@ fn main() -> Result<(), String> {
             } else {
                 Ok(())
             };
+            // With --keep-going a kernel whose output is wrong is timed too (marked so), for
+            // exploration: its time says what the shape would cost if it were fixed.
+            let (name, checked) = match checked {
+                Err(e) if keep_going => {
+                    println!("{name}: {e}");
+                    (format!("{name} (WRONG)"), Ok(()))
+                }
+                other => (name, other),
+            };
+            let tolerance = (validated && !name.ends_with("(WRONG)")).then_some(about.tolerance);
             match checked.and_then(|()| build(&gpu.device, head_dim).map_err(|e| e.to_string())) {
-                Ok(kernel) => built.push((name, kernel, validated.then_some(about.tolerance))),
+                Ok(kernel) => built.push((name, kernel, tolerance)),
                 Err(e) => println!("{name}: {e}"),
             }
         }
         // 2. One problem per size for every kernel: making it takes longer than timing them.
-        let columns: Vec<(usize, bool)> =
-            [false, true].iter().flat_map(|&c| seqs.iter().map(move |&n| (n, c))).collect();
+        // With --waves, B = 1 and H from the list at N = 16896 = 132 x 128: at 128 query rows
+        // per workgroup, H workgroups per multiprocessor of an H100 (132 of them), so that the
+        // columns show how speed grows with the workgroups that share a multiprocessor.
+        let columns: Vec<(usize, usize, usize, bool)> = if waves.is_empty() {
+            masks.iter().flat_map(|&c| seqs.iter().map(move |&n| (batch, heads, n, c))).collect()
+        } else {
+            waves.iter().map(|&h| (1, h, 16896, false)).collect()
+        };
         let mut tflops = vec![Vec::new(); built.len()];
-        for &(n, causal) in &columns {
+        for &(batch, heads, n, causal) in &columns {
             let spec = ProblemSpec::new(batch, heads, n, n, head_dim).causal(causal);
             let problem = Problem::random(&spec, 1);
             // The inputs as each kernel reads them (f16 or f32, rows padded to 16 or 4), uploaded
@@ -225,9 +273,10 @@ fn main() -> Result<(), String> {
             }
         }
         let mut header = vec![format!("D={head_dim}, TFLOP/s")];
-        header.extend(
-            columns.iter().map(|(n, c)| format!("N={n}{}", if *c { " causal" } else { "" })),
-        );
+        header.extend(columns.iter().map(|&(b, h, n, c)| {
+            let size = if waves.is_empty() { format!("N={n}") } else { format!("B={b} H={h}") };
+            format!("{size}{}", if c { " causal" } else { "" })
+        }));
         let mut table = Table::new(&header);
         for ((name, ..), row) in built.iter().zip(&tflops) {
             let mut cells = vec![Cell::Text(name.clone())];

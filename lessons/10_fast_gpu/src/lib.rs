@@ -16,6 +16,7 @@
 //! | 5 | `v5_pipelined.wgsl` | software pipelining: products of one tile beside the softmax of the next, two barriers per tile |
 //! | 6 | `v6_registers.wgsl` | loops over fragments unrolled by the host ([`unroll`]): every fragment in registers |
 //! | 7 | `v7_f32_registers.wgsl` | version 1 (f32) with version 6's constants and unrolling, subgroup shuffles, prefetch |
+//! | 8 | `v8_lean.wgsl` | version 6 with K, V and P in one f16 arena: 8 subgroups of 16 rows fit; K and V read where staged |
 //!
 //! Every version runs through [`Kernel`], which compiles a version's shader for one head
 //! dimension and tile size and implements the course's [`AttentionKernel`], so the tests,
@@ -49,6 +50,9 @@ pub const V6_REGISTERS: &str = include_str!("v6_registers.wgsl");
 
 /// Version 7's WGSL source (its constants set by [`specialise`]).
 pub const V7_F32_REGISTERS: &str = include_str!("v7_f32_registers.wgsl");
+
+/// Version 8's WGSL source (its constants set by [`specialise`]).
+pub const V8_LEAN: &str = include_str!("v8_lean.wgsl");
 
 /// Largest head dimension (`MAX_OUT_CHUNKS` and `MAX_FRAGMENTS` in the shaders).
 pub const MAX_HEAD_DIM: usize = 256;
@@ -189,6 +193,8 @@ impl F32Tiles {
             (4, 4, 4),
             (4, 4, 2),
             (2, 4, 2),
+            (16, 4, 1),
+            (8, 8, 1),
             (4, 4, 1),
             (1, 4, 1),
         ];
@@ -640,6 +646,156 @@ impl PipelinedTiles {
     }
 }
 
+/// When version 8 reads each thread's share of the next K and V tiles from global memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoadAt {
+    /// Where they are staged, after the softmax: no registers held across the products.
+    Staging = 0,
+    /// At the start of the products before their staging.
+    Products = 1,
+    /// A whole tile ahead, as version 6 does.
+    TileAhead = 2,
+}
+
+/// Version 8's shape of work and its measured choices, written into its source as constants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeanTiles {
+    /// Subgroups of 32 threads per workgroup; they share each tile of K and V.
+    pub subgroups: usize,
+    /// 16-row query tiles per subgroup: 1 or 2.
+    pub row_tiles: usize,
+    /// Keys per tile: 16, 32 or 64.
+    pub block_kv: usize,
+    /// Whether Q's fragments stay in registers (else they are read from workgroup memory for
+    /// every tile).
+    pub q_in_registers: bool,
+    /// When the next K and V are read.
+    pub load_at: LoadAt,
+    /// Measurements only: bytes of workgroup memory taken and never used, so that fewer
+    /// workgroups fit on a multiprocessor (0 for the kernel as registered).
+    pub ballast: usize,
+}
+
+impl LeanTiles {
+    /// Query rows per workgroup.
+    pub fn block_q(&self) -> usize {
+        16 * self.row_tiles * self.subgroups
+    }
+
+    /// Bytes of workgroup memory at `head_dim` (a multiple of 16), as the shader declares it:
+    /// the f16 arena (Q where it is kept, K, V and P; at least Q's size), S in f32, a rescale
+    /// factor per row, the flag, and the ballast (at least one vec4).
+    pub fn workgroup_bytes(&self, head_dim: usize) -> usize {
+        let (rows, keys) = (self.block_q(), self.block_kv);
+        let lanes_per_row = 32 / (16 * self.row_tiles);
+        let (kv_stride, p_stride) = (head_dim / 4 + 2, keys / 4 + 2);
+        let s_stride = keys / 4 + lanes_per_row;
+        let q_kept = if self.q_in_registers { 0 } else { rows * kv_stride };
+        let arena = (q_kept + 2 * keys * kv_stride + rows * p_stride).max(rows * kv_stride);
+        arena * 8 + rows * s_stride * 16 + rows * 4 + 16 + self.ballast_vec4s() * 16
+    }
+
+    /// The ballast in vec4<f32>s, as the shader's `BALLAST` (at least 1).
+    fn ballast_vec4s(&self) -> usize {
+        self.ballast.div_ceil(16).max(1)
+    }
+
+    /// Whether version 8 accepts these tiles at `head_dim` (a multiple of 16).
+    pub fn check(&self, head_dim: usize) -> Result<(), AttentionError> {
+        let sensible = [1, 2].contains(&self.row_tiles)
+            && [16, 32, 64].contains(&self.block_kv)
+            && [1, 2, 4, 8].contains(&self.subgroups)
+            && head_dim.is_multiple_of(16);
+        if !sensible {
+            return Err(GpuError::KernelMisuse(format!(
+                "v8 lean: {self:?} at head_dim {head_dim}; expected 1 or 2 row tiles, 16, 32 or \
+                 64 keys, 1 to 8 subgroups, a head_dim that is a multiple of 16"
+            ))
+            .into());
+        }
+        Ok(())
+    }
+
+    /// Version 8's source for these tiles at `head_dim`: its constants set, its marked loops
+    /// unrolled ([`unroll`]).
+    pub fn source(&self, head_dim: usize) -> Result<String, AttentionError> {
+        let constants = [
+            ("HEAD_DIM", head_dim),
+            ("BLOCK_KV", self.block_kv),
+            ("SUBGROUPS", self.subgroups),
+            ("ROW_TILES", self.row_tiles),
+            ("Q_IN_REGISTERS", self.q_in_registers as usize),
+            ("LOAD_AT", self.load_at as usize),
+            ("BALLAST", self.ballast_vec4s()),
+        ];
+        unroll(&specialise(V8_LEAN, &constants)?)
+    }
+
+    /// Every shape the tests check and the tuning example times at `head_dim`, each with Q's
+    /// fragments in registers and read per tile, K and V read where they are staged (measured
+    /// fastest in every shape: [`LeanTiles::load_choices`]).
+    pub fn tried(head_dim: usize) -> Vec<Self> {
+        let mut all = Vec::new();
+        for q_in_registers in [true, false] {
+            for (subgroups, row_tiles, block_kv) in [
+                (8, 1, 32),
+                (4, 1, 16),
+                (4, 2, 32),
+                (4, 1, 32),
+                (8, 1, 16),
+                (4, 2, 16),
+                (4, 1, 64),
+                (2, 2, 32),
+            ] {
+                all.push(LeanTiles {
+                    subgroups,
+                    row_tiles,
+                    block_kv,
+                    q_in_registers,
+                    load_at: LoadAt::Staging,
+                    ballast: 0,
+                });
+            }
+        }
+        if head_dim > 128 {
+            all.retain(|t| t.row_tiles == 1);
+        }
+        all
+    }
+
+    /// [`LeanTiles::tried`] with each of the other times to read K and V: what the tuning
+    /// example measured to choose [`LoadAt::Staging`].
+    pub fn load_choices(head_dim: usize) -> Vec<Self> {
+        let others = [LoadAt::TileAhead, LoadAt::Products];
+        let tried = Self::tried(head_dim);
+        others
+            .iter()
+            .flat_map(|&load_at| tried.iter().map(move |t| Self { load_at, ..*t }))
+            .collect()
+    }
+
+    /// The tiles measured fastest on an H100 at `head_dim` (examples/tune.rs, 2026-11-25),
+    /// then smaller ones, the first that fits `device`.
+    pub fn for_device(device: &wgpu::Device, head_dim: usize) -> Result<Self, AttentionError> {
+        let tiles = |subgroups, row_tiles, block_kv| LeanTiles {
+            subgroups,
+            row_tiles,
+            block_kv,
+            q_in_registers: true,
+            load_at: LoadAt::Staging,
+            ballast: 0,
+        };
+        let candidates = if head_dim <= 64 {
+            vec![tiles(8, 1, 32), tiles(4, 1, 16)]
+        } else if head_dim <= 128 {
+            vec![tiles(4, 1, 16), tiles(8, 1, 16), tiles(4, 1, 32)]
+        } else {
+            vec![tiles(4, 1, 16), tiles(2, 1, 16)]
+        };
+        first_that_fits(device, &candidates, |t| t.workgroup_bytes(head_dim))
+    }
+}
+
 /// `source` with each `const NAME: u32 = ...;` of `constants` given its value. A constant,
 /// unlike a pipeline-overridable one, can size an array of cooperative matrices, and loops over
 /// it have trip counts known when the shader is compiled (which [`unroll`] relies on).
@@ -672,6 +828,8 @@ pub enum Tiles {
     InRegisters(PipelinedTiles),
     /// Version 7.
     F32Registers(F32Tiles),
+    /// Version 8.
+    Lean(LeanTiles),
 }
 
 impl Tiles {
@@ -683,6 +841,7 @@ impl Tiles {
             Tiles::Specialised(t) => t.block_q(),
             Tiles::Pipelined(t) | Tiles::InRegisters(t) => t.block_q(),
             Tiles::F32Registers(t) => t.block_q(),
+            Tiles::Lean(t) => t.block_q(),
         }
     }
 
@@ -695,19 +854,21 @@ impl Tiles {
             Tiles::TensorCore(_)
             | Tiles::Specialised(_)
             | Tiles::Pipelined(_)
-            | Tiles::InRegisters(_) => 0,
+            | Tiles::InRegisters(_)
+            | Tiles::Lean(_) => 0,
         }
     }
 }
 
 impl Tiles {
-    /// Every tile shape of the tensor-core versions 4 to 6 that the tuning example times and
-    /// the tests check at `head_dim` (a multiple of 16).
+    /// Every tile shape of the tensor-core versions 4 to 6 and 8 that the tuning example times
+    /// and the tests check at `head_dim` (a multiple of 16).
     pub fn tensor_core_shapes(head_dim: usize) -> Vec<Tiles> {
         let v4 = SpecialisedTiles::tried(head_dim).into_iter().map(Tiles::Specialised);
         let v5 = PipelinedTiles::tried(head_dim).into_iter().map(Tiles::Pipelined);
         let v6 = PipelinedTiles::tried_in_registers(head_dim).into_iter().map(Tiles::InRegisters);
-        v4.chain(v5).chain(v6).collect()
+        let v8 = LeanTiles::tried(head_dim).into_iter().map(Tiles::Lean);
+        v4.chain(v5).chain(v6).chain(v8).collect()
     }
 
     /// Bytes of workgroup memory at `head_dim`; none for versions 1 to 3, which choose
@@ -719,6 +880,7 @@ impl Tiles {
             Tiles::Specialised(t) => t.workgroup_bytes(head_dim),
             Tiles::Pipelined(t) | Tiles::InRegisters(t) => t.workgroup_bytes(head_dim),
             Tiles::F32Registers(t) => t.workgroup_bytes(head_dim),
+            Tiles::Lean(t) => t.workgroup_bytes(head_dim),
         }
     }
 
@@ -752,6 +914,23 @@ impl Tiles {
                 t.rows_per_thread,
                 t.block_kv(),
                 if t.prefetch { ", prefetch" } else { "" }
+            ),
+            Tiles::Lean(t) => format!(
+                "v8 {}x{}x16 rows, {} keys, Q {}, loads {}{}",
+                t.subgroups,
+                t.row_tiles,
+                t.block_kv,
+                if t.q_in_registers { "in registers" } else { "per tile" },
+                match t.load_at {
+                    LoadAt::Staging => "at staging",
+                    LoadAt::Products => "before products",
+                    LoadAt::TileAhead => "a tile ahead",
+                },
+                if t.ballast > 0 {
+                    format!(", ballast {} KiB", t.ballast / 1024)
+                } else {
+                    String::new()
+                }
             ),
         }
     }
@@ -972,6 +1151,26 @@ impl Kernel {
         Self::specialised_kernel(device, name, head_dim, Tiles::InRegisters(tiles), source)
     }
 
+    /// Version 8 for `head_dim` with the tiles measured fastest that fit `device`.
+    pub fn lean(device: &wgpu::Device, head_dim: usize) -> Result<Self, AttentionError> {
+        let padded = head_dim.next_multiple_of(16);
+        Self::lean_with(device, head_dim, LeanTiles::for_device(device, padded)?)
+    }
+
+    /// Version 8 for `head_dim` with the given tiles and choices.
+    pub fn lean_with(
+        device: &wgpu::Device,
+        head_dim: usize,
+        tiles: LeanTiles,
+    ) -> Result<Self, AttentionError> {
+        check_tensor_cores(device, head_dim, "v8 lean")?;
+        let padded = head_dim.next_multiple_of(16);
+        tiles.check(padded)?;
+        let source = || tiles.source(padded);
+        let name = ("v8 lean", "v8_lean.wgsl");
+        Self::specialised_kernel(device, name, head_dim, Tiles::Lean(tiles), source)
+    }
+
     /// Version 7 for `head_dim`, with the largest tiles that fit `device`.
     pub fn f32_registers(device: &wgpu::Device, head_dim: usize) -> Result<Self, AttentionError> {
         check_head_dim(head_dim)?;
@@ -1029,6 +1228,7 @@ impl Kernel {
                 Self::in_registers_with(device, head_dim, t, LeaveOut::NOTHING)
             }
             Tiles::F32Registers(t) => Self::f32_registers_with(device, head_dim, t),
+            Tiles::Lean(t) => Self::lean_with(device, head_dim, t),
         }
     }
 
@@ -1056,7 +1256,8 @@ impl AttentionKernel for Kernel {
             Tiles::TensorCore(_)
             | Tiles::Specialised(_)
             | Tiles::Pipelined(_)
-            | Tiles::InRegisters(_) => 16,
+            | Tiles::InRegisters(_)
+            | Tiles::Lean(_) => 16,
         }
     }
 
@@ -1156,6 +1357,14 @@ pub fn versions() -> Vec<KernelVersion> {
     fn f32_registers(device: &wgpu::Device, d: usize) -> Built {
         boxed(Kernel::f32_registers(device, d))
     }
+    let v8 = About {
+        name: "v8 lean",
+        change: "K, V and P in one f16 arena (Q passes through it): 8 subgroups fit; loads where staged",
+        ..v2
+    };
+    fn lean(device: &wgpu::Device, d: usize) -> Built {
+        boxed(Kernel::lean(device, d))
+    }
     vec![
         KernelVersion::new(v1, register_tiles),
         KernelVersion::new(v2, tensor_cores).requiring(tensor_core_features),
@@ -1164,6 +1373,7 @@ pub fn versions() -> Vec<KernelVersion> {
         KernelVersion::new(v5, pipelined).requiring(tensor_core_features),
         KernelVersion::new(v6, in_registers).requiring(tensor_core_features),
         KernelVersion::new(v7, f32_registers).requiring(wgpu::Features::SUBGROUP),
+        KernelVersion::new(v8, lean).requiring(tensor_core_features),
     ]
 }
 // ANCHOR_END: versions

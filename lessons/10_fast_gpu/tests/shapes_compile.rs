@@ -1,11 +1,12 @@
-//! Every tile shape of the specialised versions (4 to 7) at every head dimension they accept
+//! Every tile shape of the specialised versions (4 to 8) at every head dimension they accept
 //! compiles: naga validates the source with its constants written in, translates it to
 //! SPIR-V, and every barrier is in uniform control flow. No GPU needed, so a shape that would
 //! only fail on a lent GPU with tensor cores fails here, in CI, first.
 
 use gpu::kernel::{Checks, spirv};
 use lesson10::{
-    F32Tiles, LeaveOut, PipelinedTiles, SpecialisedTiles, V4_SPECIALISED, V5_PIPELINED, specialise,
+    F32Tiles, LeanTiles, LeaveOut, PipelinedTiles, SpecialisedTiles, V4_SPECIALISED, V5_PIPELINED,
+    specialise,
 };
 
 fn compiles(label: &str, source: &str) -> Result<(), String> {
@@ -29,6 +30,11 @@ fn every_tile_shape_compiles_at_every_head_dim() {
         for tiles in PipelinedTiles::tried_in_registers(head_dim) {
             let source = tiles.source_in_registers(head_dim, LeaveOut::NOTHING).unwrap();
             failures.extend(compiles(&format!("v6 {tiles:?} D={head_dim}"), &source).err());
+        }
+        for tiles in LeanTiles::tried(head_dim).into_iter().chain(LeanTiles::load_choices(head_dim))
+        {
+            let source = tiles.source(head_dim).unwrap();
+            failures.extend(compiles(&format!("v8 {tiles:?} D={head_dim}"), &source).err());
         }
     }
     // Version 7 takes any head dimension (rows are padded to a multiple of 4).

@@ -151,6 +151,10 @@ if $timings; then
     # from run to run, so it is not part of --check).
     cargo run -p grader --features gpu --example gpu_planted_bugs >"$out/gpu_mutants.md"
 fi
+# generated/lesson10_*.txt need a GPU with tensor cores (measured on an NVIDIA H100); each
+# file's first line is the command that made it (release binaries built here, run there with
+# PyTorch for the peer). lesson10_sass*.txt need no GPU once `shader_stats --out stats` has
+# brought the driver's caches back: `sass stats` disassembles them (nvdisasm on the PATH).
 # generated/gpu_benchmark.txt needs a real GPU (it was measured on an NVIDIA H200):
 #   (echo '$ PYTHON=python3 cargo run --release -p lesson09 --example benchmark';
 #    PYTHON=python3 cargo run --release -p lesson09 --example benchmark) > book/src/generated/gpu_benchmark.txt

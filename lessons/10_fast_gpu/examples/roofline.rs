@@ -51,7 +51,7 @@ const VERSIONS: [(&str, Build); 8] = [
     ("v5 pipelined", Kernel::pipelined),
     ("v6 registers", Kernel::in_registers),
     ("v7 f32 registers", Kernel::f32_registers),
-    ("v8 lean", Kernel::lean),
+    ("v8 arena", Kernel::arena),
 ];
 
 /// Bytes one slice moves with `rows` query rows per workgroup and rows of Q, K, V and O

@@ -24,7 +24,7 @@ use ash::vk;
 use gpu::Gpu;
 use gpu::kernel::Checks;
 use lesson10::{
-    F32Tiles, Kernel, LeanTiles, LeaveOut, PipelinedTiles, RegisterTiles, Shader, Tiles,
+    ArenaTiles, F32Tiles, Kernel, LeaveOut, PipelinedTiles, RegisterTiles, Shader, Tiles,
 };
 
 /// naga's SPIR-V for `shader`'s entry point `flash_forward`, with the options wgpu uses.
@@ -304,10 +304,10 @@ fn kernels(gpu: &Gpu, head_dim: usize) -> Vec<(String, Result<Kernel, String>)> 
         }
     }
     // Version 8's shapes are among the tensor-core ones above; its other load timings here.
-    for tiles in LeanTiles::load_choices(head_dim) {
+    for tiles in ArenaTiles::load_choices(head_dim) {
         if tiles.workgroup_bytes(head_dim) <= available {
-            let kernel = Kernel::lean_with(device, head_dim, tiles);
-            all.push((Tiles::Lean(tiles).describe(), kernel.map_err(|e| e.to_string())));
+            let kernel = Kernel::arena_with(device, head_dim, tiles);
+            all.push((Tiles::Arena(tiles).describe(), kernel.map_err(|e| e.to_string())));
         }
     }
     // Version 6 without parts of its work: which part keeps an array in memory, and how many

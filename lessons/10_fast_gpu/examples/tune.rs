@@ -17,7 +17,6 @@
 //! cargo run --release -p lesson10 --example tune -- --ablate 4x1x64   # parts left out of these
 //! cargo run --release -p lesson10 --example tune -- --ablate none     # no parts left out
 //! cargo run --release -p lesson10 --example tune -- --only v8 --causal no  # no causal column
-//! cargo run --release -p lesson10 --example tune -- --only v6 --waves 1,2,3,4  # occupancy
 //! cargo run --release -p lesson10 --example tune -- --only v8 --keep-going  # time wrong ones too
 //! ```
 
@@ -28,7 +27,7 @@ use bench::report::{Cell, Table};
 use gpu::attention::{AttentionBuffers, AttentionKernel, Prepared, attention_on};
 use gpu::kernel::Checks;
 use gpu::{Gpu, GpuTimer};
-use lesson10::{F32Tiles, Kernel, LeanTiles, LeaveOut, PipelinedTiles, Tiles};
+use lesson10::{ArenaTiles, F32Tiles, Kernel, LeaveOut, PipelinedTiles, Tiles};
 use reference::Storage;
 use reference::{About, AttentionError, ForwardVersion, Problem, ProblemSpec, Tolerance};
 
@@ -73,7 +72,7 @@ fn candidates(device: &wgpu::Device, head_dim: usize, ablate: Ablate) -> Vec<Can
     let f32_shapes =
         F32Tiles::tried(head_dim).into_iter().filter(|t| t.check_subgroups(device).is_ok());
     // Version 8's shapes are among the tensor-core ones; its other load timings beside them.
-    let loads = LeanTiles::load_choices(head_dim).into_iter().map(Tiles::Lean);
+    let loads = ArenaTiles::load_choices(head_dim).into_iter().map(Tiles::Arena);
     let shapes = Tiles::tensor_core_shapes(head_dim)
         .into_iter()
         .chain(f32_shapes.map(Tiles::F32Registers))
@@ -157,7 +156,6 @@ fn main() -> Result<(), String> {
     let head_dims = list("--head-dims", vec![64, 128])?;
     let only: Vec<String> = bench::report::list_arg(&args, "--only", Vec::new())?;
     let seqs = list("--seqs", vec![4096, 16384])?;
-    let waves = list("--waves", Vec::new())?;
     let keep_going = args.iter().any(|a| a == "--keep-going");
     let masks: Vec<bool> = match args.iter().position(|a| a == "--causal") {
         None => vec![false, true],
@@ -237,16 +235,10 @@ fn main() -> Result<(), String> {
             }
         }
         // 2. One problem per size for every kernel: making it takes longer than timing them.
-        // With --waves, B = 1 and H from the list at N = 16896 = 132 x 128: at 128 query rows
-        // per workgroup, H workgroups per multiprocessor of an H100 (132 of them), so that the
-        // columns show how speed grows with the workgroups that share a multiprocessor.
-        let columns: Vec<(usize, usize, usize, bool)> = if waves.is_empty() {
-            masks.iter().flat_map(|&c| seqs.iter().map(move |&n| (batch, heads, n, c))).collect()
-        } else {
-            waves.iter().map(|&h| (1, h, 16896, false)).collect()
-        };
+        let columns: Vec<(usize, bool)> =
+            masks.iter().flat_map(|&c| seqs.iter().map(move |&n| (n, c))).collect();
         let mut tflops = vec![Vec::new(); built.len()];
-        for &(batch, heads, n, causal) in &columns {
+        for &(n, causal) in &columns {
             let spec = ProblemSpec::new(batch, heads, n, n, head_dim).causal(causal);
             let problem = Problem::random(&spec, 1);
             // The inputs as each kernel reads them (f16 or f32, rows padded to 16 or 4), uploaded
@@ -273,10 +265,9 @@ fn main() -> Result<(), String> {
             }
         }
         let mut header = vec![format!("D={head_dim}, TFLOP/s")];
-        header.extend(columns.iter().map(|&(b, h, n, c)| {
-            let size = if waves.is_empty() { format!("N={n}") } else { format!("B={b} H={h}") };
-            format!("{size}{}", if c { " causal" } else { "" })
-        }));
+        header.extend(
+            columns.iter().map(|(n, c)| format!("N={n}{}", if *c { " causal" } else { "" })),
+        );
         let mut table = Table::new(&header);
         for ((name, ..), row) in built.iter().zip(&tflops) {
             let mut cells = vec![Cell::Text(name.clone())];

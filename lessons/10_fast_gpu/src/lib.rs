@@ -16,7 +16,7 @@
 //! | 5 | `v5_pipelined.wgsl` | software pipelining: products of one tile beside the softmax of the next, two barriers per tile |
 //! | 6 | `v6_registers.wgsl` | loops over fragments unrolled by the host ([`unroll`]): every fragment in registers |
 //! | 7 | `v7_f32_registers.wgsl` | version 1 (f32) with version 6's constants and unrolling, subgroup shuffles, prefetch |
-//! | 8 | `v8_lean.wgsl` | version 6 with K, V and P in one f16 arena: 8 subgroups of 16 rows fit; K and V read where staged |
+//! | 8 | `v8_arena.wgsl` | version 6 with K, V and P in one f16 arena: 8 subgroups of 16 rows fit; K and V read where staged |
 //!
 //! Every version runs through [`Kernel`], which compiles a version's shader for one head
 //! dimension and tile size and implements the course's [`AttentionKernel`], so the tests,
@@ -52,7 +52,7 @@ pub const V6_REGISTERS: &str = include_str!("v6_registers.wgsl");
 pub const V7_F32_REGISTERS: &str = include_str!("v7_f32_registers.wgsl");
 
 /// Version 8's WGSL source (its constants set by [`specialise`]).
-pub const V8_LEAN: &str = include_str!("v8_lean.wgsl");
+pub const V8_ARENA: &str = include_str!("v8_arena.wgsl");
 
 /// Largest head dimension (`MAX_OUT_CHUNKS` and `MAX_FRAGMENTS` in the shaders).
 pub const MAX_HEAD_DIM: usize = 256;
@@ -659,7 +659,7 @@ pub enum LoadAt {
 
 /// Version 8's shape of work and its measured choices, written into its source as constants.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LeanTiles {
+pub struct ArenaTiles {
     /// Subgroups of 32 threads per workgroup; they share each tile of K and V.
     pub subgroups: usize,
     /// 16-row query tiles per subgroup: 1 or 2.
@@ -671,12 +671,9 @@ pub struct LeanTiles {
     pub q_in_registers: bool,
     /// When the next K and V are read.
     pub load_at: LoadAt,
-    /// Measurements only: bytes of workgroup memory taken and never used, so that fewer
-    /// workgroups fit on a multiprocessor (0 for the kernel as registered).
-    pub ballast: usize,
 }
 
-impl LeanTiles {
+impl ArenaTiles {
     /// Query rows per workgroup.
     pub fn block_q(&self) -> usize {
         16 * self.row_tiles * self.subgroups
@@ -684,7 +681,7 @@ impl LeanTiles {
 
     /// Bytes of workgroup memory at `head_dim` (a multiple of 16), as the shader declares it:
     /// the f16 arena (Q where it is kept, K, V and P; at least Q's size), S in f32, a rescale
-    /// factor per row, the flag, and the ballast (at least one vec4).
+    /// factor per row and the flag.
     pub fn workgroup_bytes(&self, head_dim: usize) -> usize {
         let (rows, keys) = (self.block_q(), self.block_kv);
         let lanes_per_row = 32 / (16 * self.row_tiles);
@@ -692,12 +689,7 @@ impl LeanTiles {
         let s_stride = keys / 4 + lanes_per_row;
         let q_kept = if self.q_in_registers { 0 } else { rows * kv_stride };
         let arena = (q_kept + 2 * keys * kv_stride + rows * p_stride).max(rows * kv_stride);
-        arena * 8 + rows * s_stride * 16 + rows * 4 + 16 + self.ballast_vec4s() * 16
-    }
-
-    /// The ballast in vec4<f32>s, as the shader's `BALLAST` (at least 1).
-    fn ballast_vec4s(&self) -> usize {
-        self.ballast.div_ceil(16).max(1)
+        arena * 8 + rows * s_stride * 16 + rows * 4 + 16
     }
 
     /// Whether version 8 accepts these tiles at `head_dim` (a multiple of 16).
@@ -708,7 +700,7 @@ impl LeanTiles {
             && head_dim.is_multiple_of(16);
         if !sensible {
             return Err(GpuError::KernelMisuse(format!(
-                "v8 lean: {self:?} at head_dim {head_dim}; expected 1 or 2 row tiles, 16, 32 or \
+                "v8 arena: {self:?} at head_dim {head_dim}; expected 1 or 2 row tiles, 16, 32 or \
                  64 keys, 1 to 8 subgroups, a head_dim that is a multiple of 16"
             ))
             .into());
@@ -726,14 +718,14 @@ impl LeanTiles {
             ("ROW_TILES", self.row_tiles),
             ("Q_IN_REGISTERS", self.q_in_registers as usize),
             ("LOAD_AT", self.load_at as usize),
-            ("BALLAST", self.ballast_vec4s()),
         ];
-        unroll(&specialise(V8_LEAN, &constants)?)
+        unroll(&specialise(V8_ARENA, &constants)?)
     }
 
     /// Every shape the tests check and the tuning example times at `head_dim`, each with Q's
-    /// fragments in registers and read per tile, K and V read where they are staged (measured
-    /// fastest in every shape: [`LeanTiles::load_choices`]).
+    /// fragments in registers and read per tile, K and V read where they are staged (the
+    /// fastest timing in the fastest shapes, though not in every shape:
+    /// [`ArenaTiles::load_choices`]).
     pub fn tried(head_dim: usize) -> Vec<Self> {
         let mut all = Vec::new();
         for q_in_registers in [true, false] {
@@ -747,13 +739,12 @@ impl LeanTiles {
                 (4, 1, 64),
                 (2, 2, 32),
             ] {
-                all.push(LeanTiles {
+                all.push(ArenaTiles {
                     subgroups,
                     row_tiles,
                     block_kv,
                     q_in_registers,
                     load_at: LoadAt::Staging,
-                    ballast: 0,
                 });
             }
         }
@@ -763,7 +754,7 @@ impl LeanTiles {
         all
     }
 
-    /// [`LeanTiles::tried`] with each of the other times to read K and V: what the tuning
+    /// [`ArenaTiles::tried`] with each of the other times to read K and V: what the tuning
     /// example measured to choose [`LoadAt::Staging`].
     pub fn load_choices(head_dim: usize) -> Vec<Self> {
         let others = [LoadAt::TileAhead, LoadAt::Products];
@@ -777,18 +768,17 @@ impl LeanTiles {
     /// The tiles measured fastest on an H100 at `head_dim` (examples/tune.rs, 2026-11-25),
     /// then smaller ones, the first that fits `device`.
     pub fn for_device(device: &wgpu::Device, head_dim: usize) -> Result<Self, AttentionError> {
-        let tiles = |subgroups, row_tiles, block_kv| LeanTiles {
+        let tiles = |subgroups, row_tiles, block_kv| ArenaTiles {
             subgroups,
             row_tiles,
             block_kv,
             q_in_registers: true,
             load_at: LoadAt::Staging,
-            ballast: 0,
         };
         let candidates = if head_dim <= 64 {
             vec![tiles(8, 1, 32), tiles(4, 1, 16)]
         } else if head_dim <= 128 {
-            vec![tiles(4, 1, 16), tiles(8, 1, 16), tiles(4, 1, 32)]
+            vec![tiles(8, 1, 16), tiles(4, 1, 16)]
         } else {
             vec![tiles(4, 1, 16), tiles(2, 1, 16)]
         };
@@ -829,7 +819,7 @@ pub enum Tiles {
     /// Version 7.
     F32Registers(F32Tiles),
     /// Version 8.
-    Lean(LeanTiles),
+    Arena(ArenaTiles),
 }
 
 impl Tiles {
@@ -841,7 +831,7 @@ impl Tiles {
             Tiles::Specialised(t) => t.block_q(),
             Tiles::Pipelined(t) | Tiles::InRegisters(t) => t.block_q(),
             Tiles::F32Registers(t) => t.block_q(),
-            Tiles::Lean(t) => t.block_q(),
+            Tiles::Arena(t) => t.block_q(),
         }
     }
 
@@ -855,7 +845,7 @@ impl Tiles {
             | Tiles::Specialised(_)
             | Tiles::Pipelined(_)
             | Tiles::InRegisters(_)
-            | Tiles::Lean(_) => 0,
+            | Tiles::Arena(_) => 0,
         }
     }
 }
@@ -867,7 +857,7 @@ impl Tiles {
         let v4 = SpecialisedTiles::tried(head_dim).into_iter().map(Tiles::Specialised);
         let v5 = PipelinedTiles::tried(head_dim).into_iter().map(Tiles::Pipelined);
         let v6 = PipelinedTiles::tried_in_registers(head_dim).into_iter().map(Tiles::InRegisters);
-        let v8 = LeanTiles::tried(head_dim).into_iter().map(Tiles::Lean);
+        let v8 = ArenaTiles::tried(head_dim).into_iter().map(Tiles::Arena);
         v4.chain(v5).chain(v6).chain(v8).collect()
     }
 
@@ -880,7 +870,7 @@ impl Tiles {
             Tiles::Specialised(t) => t.workgroup_bytes(head_dim),
             Tiles::Pipelined(t) | Tiles::InRegisters(t) => t.workgroup_bytes(head_dim),
             Tiles::F32Registers(t) => t.workgroup_bytes(head_dim),
-            Tiles::Lean(t) => t.workgroup_bytes(head_dim),
+            Tiles::Arena(t) => t.workgroup_bytes(head_dim),
         }
     }
 
@@ -915,8 +905,8 @@ impl Tiles {
                 t.block_kv(),
                 if t.prefetch { ", prefetch" } else { "" }
             ),
-            Tiles::Lean(t) => format!(
-                "v8 {}x{}x16 rows, {} keys, Q {}, loads {}{}",
+            Tiles::Arena(t) => format!(
+                "v8 {}x{}x16 rows, {} keys, Q {}, loads {}",
                 t.subgroups,
                 t.row_tiles,
                 t.block_kv,
@@ -926,11 +916,6 @@ impl Tiles {
                     LoadAt::Products => "before products",
                     LoadAt::TileAhead => "a tile ahead",
                 },
-                if t.ballast > 0 {
-                    format!(", ballast {} KiB", t.ballast / 1024)
-                } else {
-                    String::new()
-                }
             ),
         }
     }
@@ -1152,23 +1137,23 @@ impl Kernel {
     }
 
     /// Version 8 for `head_dim` with the tiles measured fastest that fit `device`.
-    pub fn lean(device: &wgpu::Device, head_dim: usize) -> Result<Self, AttentionError> {
+    pub fn arena(device: &wgpu::Device, head_dim: usize) -> Result<Self, AttentionError> {
         let padded = head_dim.next_multiple_of(16);
-        Self::lean_with(device, head_dim, LeanTiles::for_device(device, padded)?)
+        Self::arena_with(device, head_dim, ArenaTiles::for_device(device, padded)?)
     }
 
     /// Version 8 for `head_dim` with the given tiles and choices.
-    pub fn lean_with(
+    pub fn arena_with(
         device: &wgpu::Device,
         head_dim: usize,
-        tiles: LeanTiles,
+        tiles: ArenaTiles,
     ) -> Result<Self, AttentionError> {
-        check_tensor_cores(device, head_dim, "v8 lean")?;
+        check_tensor_cores(device, head_dim, "v8 arena")?;
         let padded = head_dim.next_multiple_of(16);
         tiles.check(padded)?;
         let source = || tiles.source(padded);
-        let name = ("v8 lean", "v8_lean.wgsl");
-        Self::specialised_kernel(device, name, head_dim, Tiles::Lean(tiles), source)
+        let name = ("v8 arena", "v8_arena.wgsl");
+        Self::specialised_kernel(device, name, head_dim, Tiles::Arena(tiles), source)
     }
 
     /// Version 7 for `head_dim`, with the largest tiles that fit `device`.
@@ -1228,7 +1213,7 @@ impl Kernel {
                 Self::in_registers_with(device, head_dim, t, LeaveOut::NOTHING)
             }
             Tiles::F32Registers(t) => Self::f32_registers_with(device, head_dim, t),
-            Tiles::Lean(t) => Self::lean_with(device, head_dim, t),
+            Tiles::Arena(t) => Self::arena_with(device, head_dim, t),
         }
     }
 
@@ -1257,7 +1242,7 @@ impl AttentionKernel for Kernel {
             | Tiles::Specialised(_)
             | Tiles::Pipelined(_)
             | Tiles::InRegisters(_)
-            | Tiles::Lean(_) => 16,
+            | Tiles::Arena(_) => 16,
         }
     }
 
@@ -1358,12 +1343,12 @@ pub fn versions() -> Vec<KernelVersion> {
         boxed(Kernel::f32_registers(device, d))
     }
     let v8 = About {
-        name: "v8 lean",
+        name: "v8 arena",
         change: "K, V and P in one f16 arena (Q passes through it): 8 subgroups fit; loads where staged",
         ..v2
     };
-    fn lean(device: &wgpu::Device, d: usize) -> Built {
-        boxed(Kernel::lean(device, d))
+    fn arena(device: &wgpu::Device, d: usize) -> Built {
+        boxed(Kernel::arena(device, d))
     }
     vec![
         KernelVersion::new(v1, register_tiles),
@@ -1373,7 +1358,7 @@ pub fn versions() -> Vec<KernelVersion> {
         KernelVersion::new(v5, pipelined).requiring(tensor_core_features),
         KernelVersion::new(v6, in_registers).requiring(tensor_core_features),
         KernelVersion::new(v7, f32_registers).requiring(wgpu::Features::SUBGROUP),
-        KernelVersion::new(v8, lean).requiring(tensor_core_features),
+        KernelVersion::new(v8, arena).requiring(tensor_core_features),
     ]
 }
 // ANCHOR_END: versions

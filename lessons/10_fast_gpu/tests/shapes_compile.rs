@@ -5,7 +5,7 @@
 
 use gpu::kernel::{Checks, spirv};
 use lesson10::{
-    F32Tiles, LeanTiles, LeaveOut, PipelinedTiles, SpecialisedTiles, V4_SPECIALISED, V5_PIPELINED,
+    ArenaTiles, F32Tiles, LeaveOut, PipelinedTiles, SpecialisedTiles, V4_SPECIALISED, V5_PIPELINED,
     specialise,
 };
 
@@ -31,7 +31,8 @@ fn every_tile_shape_compiles_at_every_head_dim() {
             let source = tiles.source_in_registers(head_dim, LeaveOut::NOTHING).unwrap();
             failures.extend(compiles(&format!("v6 {tiles:?} D={head_dim}"), &source).err());
         }
-        for tiles in LeanTiles::tried(head_dim).into_iter().chain(LeanTiles::load_choices(head_dim))
+        for tiles in
+            ArenaTiles::tried(head_dim).into_iter().chain(ArenaTiles::load_choices(head_dim))
         {
             let source = tiles.source(head_dim).unwrap();
             failures.extend(compiles(&format!("v8 {tiles:?} D={head_dim}"), &source).err());

@@ -66,3 +66,15 @@ fn a_constant_the_shader_lacks_is_an_error() {
     let err = specialise(V5_PIPELINED, &[("NO_SUCH_CONSTANT", 1)]).unwrap_err();
     assert!(err.to_string().contains("NO_SUCH_CONSTANT"), "{err}");
 }
+
+/// Version 8 runs without bounds checks: the tiles it picks for a device must be among those
+/// the tests run.
+#[test]
+fn version_8_prefers_only_tested_shapes() {
+    for head_dim in (16..=256).step_by(16) {
+        let tried = ArenaTiles::tried(head_dim);
+        for tiles in ArenaTiles::preferred(head_dim) {
+            assert!(tried.contains(&tiles), "{tiles:?} at D={head_dim} is not tested");
+        }
+    }
+}

@@ -37,11 +37,7 @@ pub fn attention_on(
     options: &AttentionOptions,
     tiles: F32Tiles,
 ) -> Result<AttentionOutput<f32>, AttentionError> {
-    // The inputs are checked before the shader is built for their head dimension.
-    let head_dim = reference::check_inputs(q, k, v, options)?.shape.head_dim;
-    let checks = gpu::kernel::Checks::On;
-    let kernel = lesson10::Kernel::f32_registers_from(device, head_dim, tiles, shader(), checks)?;
-    gpu::attention::attention_on(device, queue, &kernel, q, k, v, options)
+    lesson10::attention_with_shader(device, queue, shader(), q, k, v, options, tiles)
 }
 
 /// [`attention_on`] on the shared GPU.

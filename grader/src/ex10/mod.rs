@@ -4,7 +4,7 @@ pub mod mutants;
 
 use std::rc::Rc;
 
-use lesson10::{F32Tiles, Kernel};
+use lesson10::F32Tiles;
 use ndarray::Array4;
 use proptest::prelude::*;
 use reference::{
@@ -45,14 +45,9 @@ pub trait Exercise10 {
         options: &AttentionOptions,
         tiles: F32Tiles,
     ) -> Result<AttentionOutput<f32>, AttentionError> {
-        // The inputs are checked before the shader is built for their head dimension.
-        let head_dim = reference::check_inputs(q, k, v, options)?.shape.head_dim;
         let gpu = gpu::Gpu::shared()?;
-        let device = &gpu.device;
         let source = self.source();
-        let checks = gpu::kernel::Checks::On;
-        let kernel = Kernel::f32_registers_from(device, head_dim, tiles, &source, checks)?;
-        gpu::attention::attention_on(device, &gpu.queue, &kernel, q, k, v, options)
+        lesson10::attention_with_shader(&gpu.device, &gpu.queue, &source, q, k, v, options, tiles)
     }
 }
 

@@ -31,7 +31,11 @@ use gpu::attention::{AttentionBuffers, AttentionKernel, Built, KernelVersion, bo
 use gpu::kernel::{
     Checks, Dispatch, bind, check_loop_iterations, compile, compile_with_checks, workgroup_count,
 };
-use reference::{About, AttentionError, AttentionShape, Kind, Storage, Tolerance};
+use ndarray::Array4;
+use reference::{
+    About, AttentionError, AttentionOptions, AttentionOutput, AttentionShape, Kind, Storage,
+    Tolerance,
+};
 
 /// Version 1's WGSL source.
 pub const V1_REGISTER_TILES: &str = include_str!("v1_register_tiles.wgsl");
@@ -1281,6 +1285,26 @@ impl AttentionKernel for Kernel {
             workgroups: [workgroup_count(query_tiles), workgroup_count(slices), 1],
         }])
     }
+}
+
+/// Version 7's host code with another WGSL template in place of its own, and wgpu's
+/// run-time bounds checks on: exercise 10 runs the learner's `micro_tiles.wgsl` through this,
+/// and its grader the planted-bug shaders.
+#[allow(clippy::too_many_arguments)] // a device's attention_on's arguments, the template, tiles
+pub fn attention_with_shader(
+    device: &wgpu::Device,
+    queue: &wgpu::Queue,
+    template: &str,
+    q: &Array4<f32>,
+    k: &Array4<f32>,
+    v: &Array4<f32>,
+    options: &AttentionOptions,
+    tiles: F32Tiles,
+) -> Result<AttentionOutput<f32>, AttentionError> {
+    // Bad input is reported before the shader is built for its head dimension.
+    let head_dim = reference::check_inputs(q, k, v, options)?.shape.head_dim;
+    let kernel = Kernel::f32_registers_from(device, head_dim, tiles, template, Checks::On)?;
+    gpu::attention::attention_on(device, queue, &kernel, q, k, v, options)
 }
 
 // ANCHOR: versions

@@ -623,18 +623,8 @@ impl PipelinedTiles {
 
     /// Whether `version` (5 or 6) accepts these tiles at `head_dim` (a multiple of 16).
     pub fn check(&self, version: &str, head_dim: usize) -> Result<(), AttentionError> {
-        let sensible = [1, 2].contains(&self.row_tiles)
-            && [16, 32, 64].contains(&self.block_kv)
-            && [1, 2, 4, 8].contains(&self.subgroups)
-            && head_dim.is_multiple_of(16);
-        if !sensible {
-            return Err(GpuError::KernelMisuse(format!(
-                "{version}: {self:?} at head_dim {head_dim}; expected 1 or 2 row tiles, 16, \
-                 32 or 64 keys, 1 to 8 subgroups, a head_dim that is a multiple of 16"
-            ))
-            .into());
-        }
-        Ok(())
+        let (subgroups, row_tiles, block_kv) = (self.subgroups, self.row_tiles, self.block_kv);
+        check_subgroup_tiles(version, self, (subgroups, row_tiles, block_kv), head_dim)
     }
 
     /// The constants [`specialise`] writes into version 5's source.
@@ -698,18 +688,8 @@ impl ArenaTiles {
 
     /// Whether version 8 accepts these tiles at `head_dim` (a multiple of 16).
     pub fn check(&self, head_dim: usize) -> Result<(), AttentionError> {
-        let sensible = [1, 2].contains(&self.row_tiles)
-            && [16, 32, 64].contains(&self.block_kv)
-            && [1, 2, 4, 8].contains(&self.subgroups)
-            && head_dim.is_multiple_of(16);
-        if !sensible {
-            return Err(GpuError::KernelMisuse(format!(
-                "v8 arena: {self:?} at head_dim {head_dim}; expected 1 or 2 row tiles, 16, 32 or \
-                 64 keys, 1 to 8 subgroups, a head_dim that is a multiple of 16"
-            ))
-            .into());
-        }
-        Ok(())
+        let (subgroups, row_tiles, block_kv) = (self.subgroups, self.row_tiles, self.block_kv);
+        check_subgroup_tiles("v8 arena", self, (subgroups, row_tiles, block_kv), head_dim)
     }
 
     /// Version 8's source for these tiles at `head_dim`: its constants set, its marked loops
@@ -793,6 +773,29 @@ impl ArenaTiles {
             vec![tiles(4, 1, 16)]
         }
     }
+}
+
+/// Whether a tensor-core version (5, 6 or 8) accepts `tiles`, whose shape is `(subgroups,
+/// row tiles, keys per tile)`, at `head_dim`: 1 to 8 subgroups, 1 or 2 row tiles, 16, 32 or 64
+/// keys, a head dimension that is a multiple of 16.
+fn check_subgroup_tiles(
+    version: &str,
+    tiles: &impl std::fmt::Debug,
+    (subgroups, row_tiles, block_kv): (usize, usize, usize),
+    head_dim: usize,
+) -> Result<(), AttentionError> {
+    let sensible = [1, 2].contains(&row_tiles)
+        && [16, 32, 64].contains(&block_kv)
+        && [1, 2, 4, 8].contains(&subgroups)
+        && head_dim.is_multiple_of(16);
+    if !sensible {
+        return Err(GpuError::KernelMisuse(format!(
+            "{version}: {tiles:?} at head_dim {head_dim}; expected 1 or 2 row tiles, 16, 32 or \
+             64 keys, 1 to 8 subgroups, a head_dim that is a multiple of 16"
+        ))
+        .into());
+    }
+    Ok(())
 }
 
 /// `source` with each `const NAME: u32 = ...;` of `constants` given its value. A constant,

@@ -78,3 +78,24 @@ fn version_8_prefers_only_tested_shapes() {
         }
     }
 }
+
+/// Tiles the tensor-core versions do not accept are refused with what was expected, before
+/// any shader is built (no GPU needed).
+#[test]
+fn unsupported_subgroup_tiles_are_refused_with_what_is_expected() {
+    let good = ArenaTiles::preferred(64)[0];
+    assert!(good.check(64).is_ok());
+    let three_row_tiles = ArenaTiles { row_tiles: 3, ..good };
+    let eight_keys = ArenaTiles { block_kv: 8, ..good };
+    let sixteen_subgroups = ArenaTiles { subgroups: 16, ..good };
+    for bad in [three_row_tiles, eight_keys, sixteen_subgroups] {
+        let err = bad.check(64).unwrap_err().to_string();
+        assert!(err.contains("v8 arena") && err.contains("expected 1 or 2 row tiles"), "{err}");
+    }
+    let err = good.check(40).unwrap_err().to_string();
+    assert!(err.contains("a head_dim that is a multiple of 16"), "{err}");
+    let v6 = PipelinedTiles::tried_in_registers(64)[0];
+    assert!(v6.check("v6 registers", 64).is_ok());
+    let err = PipelinedTiles { row_tiles: 3, ..v6 }.check("v6 registers", 64).unwrap_err();
+    assert!(err.to_string().contains("v6 registers"), "{err}");
+}

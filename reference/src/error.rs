@@ -113,6 +113,17 @@ pub enum AttentionError {
         /// How many keys the row sees.
         visible_keys: usize,
     },
+    /// An option of FlashAttention's features ([`crate::features`]) is out of its range: ALiBi
+    /// slopes that are not one finite number per head, a softcap that is not a positive finite
+    /// number, a dropout probability outside `[0, 1)`.
+    InvalidFeature {
+        /// Which feature, e.g. `"ALiBi slopes"`.
+        feature: &'static str,
+        /// What was given.
+        found: String,
+        /// What is expected instead.
+        expected: String,
+    },
     /// The device a stage runs on failed or refused the problem: no adapter, a limit the
     /// problem exceeds, a shader the driver rejected. The cause keeps its own type (the `gpu`
     /// crate's `GpuError`), so this crate stays free of any device API.
@@ -269,6 +280,9 @@ impl fmt::Display for AttentionError {
                          expected the finite logsumexp the forward pass returned for it"
                     )
                 }
+            }
+            Self::InvalidFeature { feature, found, expected } => {
+                write!(f, "{feature}: {found}; expected {expected}")
             }
             Self::Device(error) => error.fmt(f),
         }

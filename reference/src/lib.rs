@@ -7,6 +7,8 @@
 //!   storage format, tolerance).
 //! * [`oracle`]: attention in f64, straight from the definition. Every stage is tested
 //!   against it.
+//! * [`features`]: the oracle extended with FlashAttention's features: sliding window, ALiBi,
+//!   softcap, dropout with a Philox mask, and the merge of split-key partial results.
 //! * [`problem`]: seeded random problems (proptest strategies over them and the test bodies
 //!   every stage shares are in the test-only `testkit` crate).
 //! * [`compare`]: the error model, and element-wise comparison with the oracle.
@@ -16,6 +18,7 @@
 pub mod compare;
 pub mod contract;
 pub mod error;
+pub mod features;
 pub mod layout;
 pub mod memory;
 pub mod oracle;
@@ -30,6 +33,7 @@ pub use contract::{
     check_finite, check_inputs, check_logsumexp, check_lse_shape, check_same_shape,
 };
 pub use error::{AttentionError, DeviceError, NonFiniteValue};
+pub use features::{Dropout, Features, Window};
 pub use oracle::{Expected, ExpectedGradients, Gradients};
 pub use problem::{Problem, ProblemSpec};
 pub use version::{About, BackwardVersion, ForwardVersion, Kind, Storage};

@@ -33,7 +33,6 @@ use crate::contract::{
 use crate::oracle::{Expected, Gradients};
 use crate::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
 
-// ANCHOR: window
 /// A sliding window, FlashAttention-2's `window_size = (left, right)`: row `i` sees keys
 /// `i + offset - left ..= i + offset + right` (`offset = Nkv - Nq`); `None` is unbounded on that
 /// side (FlashAttention-2's `-1`). With the causal mask as well, `right` is in effect 0.
@@ -44,7 +43,6 @@ pub struct Window {
     /// Keys visible after the diagonal; `None`: all of them.
     pub right: Option<usize>,
 }
-// ANCHOR_END: window
 
 impl Window {
     /// No window: every key (that the causal mask allows).
@@ -56,7 +54,6 @@ impl Window {
     }
 }
 
-// ANCHOR: visible_band
 /// The keys row `row` sees under the causal mask (if `causal`) and `window`: one contiguous
 /// band, empty when the row sees nothing. Without a window and without the mask, `0..Nkv`;
 /// with the causal mask alone, the prefix of [`AttentionShape::visible_keys`].
@@ -81,9 +78,7 @@ pub fn visible_band(
     };
     if last < first { 0..0 } else { first as usize..last as usize + 1 }
 }
-// ANCHOR_END: visible_band
 
-// ANCHOR: dropout
 /// Dropout on the attention weights: each weight is dropped with probability `p` and the kept
 /// ones are divided by `1 - p`, so that `O` keeps its expected value. Whether weight `(b, h, i,
 /// j)` is kept is a pure function of the seed and those four numbers ([`Dropout::keeps`]), so
@@ -95,7 +90,6 @@ pub struct Dropout {
     /// The seed of the random mask.
     pub seed: u64,
 }
-// ANCHOR_END: dropout
 
 impl Dropout {
     /// The smallest 32-bit random number that keeps a weight: `floor(p 2^32)`, so a uniform
@@ -104,7 +98,6 @@ impl Dropout {
         (f64::from(self.p) * 4_294_967_296.0) as u32
     }
 
-    // ANCHOR: keeps
     /// Whether the weight of batch `b`, head `h`, query row `i`, key `j` is kept: the first
     /// word of Philox-4x32-10 with the counter `(j, i, h, b)` and the seed as the key is at
     /// least [`Dropout::threshold`].
@@ -113,7 +106,6 @@ impl Dropout {
         let key = [self.seed as u32, (self.seed >> 32) as u32];
         philox4x32_10(counter, key)[0] >= self.threshold()
     }
-    // ANCHOR_END: keeps
 
     /// The factor a kept weight is multiplied by, `1 / (1 - p)`.
     pub fn keep_scale(&self) -> f64 {
@@ -121,7 +113,6 @@ impl Dropout {
     }
 }
 
-// ANCHOR: philox
 /// Philox-4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011), the
 /// counter-based generator of cuRAND, PyTorch and FlashAttention: four 32-bit words of
 /// `counter` scrambled by ten rounds keyed by `key`. The same counter and key always give the
@@ -143,7 +134,6 @@ pub fn philox4x32_10(counter: [u32; 4], key: [u32; 2]) -> [u32; 4] {
     }
     c
 }
-// ANCHOR_END: philox
 
 /// Which of FlashAttention's features an attention call uses, beside [`AttentionOptions`]'s
 /// scale and causal mask. [`Features::default`] uses none: plain attention.
@@ -216,7 +206,6 @@ impl Features {
         Ok(())
     }
 
-    // ANCHOR: score
     /// The score of query row `i` and key `j` of head `h` from `dot = q_i . k_j`: scaled,
     /// softcapped, then biased by ALiBi, in that order (FlashAttention-2's).
     pub fn score(
@@ -239,7 +228,6 @@ impl Features {
         }
         s
     }
-    // ANCHOR_END: score
 }
 
 /// One head's scores `[Nq, Nkv]` from its dot products `q_i . k_j`, with every feature but
@@ -301,7 +289,6 @@ fn dropout_factors(features: &Features, shape: &AttentionShape, b: usize, h: usi
     })
 }
 
-// ANCHOR: attention
 /// Attention with `features`, in f64: `O [B,H,Nq,D]` and `L [B,H,Nq]` as in this module's
 /// formulas. With [`Features::default`] it equals [`crate::oracle::attention`].
 pub fn attention(
@@ -313,9 +300,7 @@ pub fn attention(
 ) -> Result<AttentionOutput<f64>, AttentionError> {
     partial(q, k, v, options, features, 0..k.dim().2)
 }
-// ANCHOR_END: attention
 
-// ANCHOR: partial
 /// The partial result of attention over the keys `keys` only (the part of a split-key,
 /// flash-decoding computation that sees them): `O` normalised over those keys and their
 /// logsumexp `L`; `O = 0`, `L = -inf` for a row that sees none of them. [`merge`] combines the
@@ -348,9 +333,7 @@ pub fn partial(
     }
     Ok(AttentionOutput { o, lse })
 }
-// ANCHOR_END: partial
 
-// ANCHOR: merge
 /// Combines partial results over disjoint sets of keys into the result over all of them, the
 /// logsumexp merge of lesson 02 applied to whole rows:
 ///
@@ -387,7 +370,6 @@ pub fn merge(parts: &[AttentionOutput<f64>]) -> Result<AttentionOutput<f64>, Att
     }
     Ok(AttentionOutput { o, lse })
 }
-// ANCHOR_END: merge
 
 /// `log(e^a + e^b)` without overflow, `-inf` when both are.
 fn log_add_exp(a: f64, b: f64) -> f64 {
@@ -395,7 +377,6 @@ fn log_add_exp(a: f64, b: f64) -> f64 {
     if max == f64::NEG_INFINITY { max } else { max + ((a - max).exp() + (b - max).exp()).ln() }
 }
 
-// ANCHOR: backward
 /// The backward pass with `features`, in f64. With `Y = P o Z / (1 - p)` the weights after
 /// dropout (so `O = Y V`) and `t_ij` the softcap's `1 - tanh^2(scale q_i . k_j / c)` (1 without
 /// a softcap):
@@ -444,7 +425,6 @@ pub fn attention_backward(
     }
     Ok(grads)
 }
-// ANCHOR_END: backward
 
 /// [`attention`] with the term sizes the error model ([`crate::Tolerance`]) judges each element
 /// by, as [`crate::oracle::expected`] gives them for plain attention: the value terms weighted

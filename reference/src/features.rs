@@ -304,7 +304,8 @@ pub fn attention(
 /// The partial result of attention over the keys `keys` only (the part of a split-key,
 /// flash-decoding computation that sees them): `O` normalised over those keys and their
 /// logsumexp `L`; `O = 0`, `L = -inf` for a row that sees none of them. [`merge`] combines the
-/// partials of keys that cover `0..Nkv` into [`attention`]'s answer.
+/// partials of keys that cover `0..Nkv` into [`attention`]'s answer. A range that does not lie
+/// within `0..Nkv` is an error.
 pub fn partial(
     q: &Array4<f32>,
     k: &Array4<f32>,
@@ -316,7 +317,14 @@ pub fn partial(
     let checked = check_inputs(q, k, v, options)?;
     let (shape, scale) = (checked.shape, f64::from(checked.scale));
     features.check(&shape)?;
-    let keys = keys.start.min(shape.kv_len)..keys.end.min(shape.kv_len);
+    if keys.start > keys.end || keys.end > shape.kv_len {
+        let expected = format!("a range of keys within 0..{} (Nkv)", shape.kv_len);
+        return Err(AttentionError::InvalidFeature {
+            feature: "split keys",
+            found: format!("{keys:?}"),
+            expected,
+        });
+    }
     let mut o = Array4::<f64>::zeros(shape.q_dims());
     let mut lse = Array3::<f64>::from_elem(shape.lse_dims(), f64::NEG_INFINITY);
     for b in 0..shape.batch {
@@ -857,6 +865,12 @@ mod tests {
             &d_o,
         );
         assert!(matches!(backward, Err(AttentionError::InvalidFeature { feature: "softcap", .. })));
+        let keys = |r: Range<usize>| partial(&p.q, &p.k, &p.v, &p.options, &Features::default(), r);
+        assert!(keys(0..4).unwrap_err().to_string().contains("within 0..3 (Nkv)"));
+        #[allow(clippy::reversed_empty_ranges)]
+        let backwards = keys(2..1);
+        assert!(backwards.unwrap_err().to_string().contains("split keys: 2..1"));
+        assert!(keys(3..3).is_ok(), "an empty range is a part that sees nothing");
         // merge: nothing to merge, and parts of different shapes.
         assert!(merge(&[]).unwrap_err().to_string().contains("at least one partial result"));
         let small = oracle::attention(&p.q, &p.k, &p.v, &p.options).unwrap();

@@ -230,36 +230,78 @@ impl Features {
     }
 }
 
-/// One head's scores `[Nq, Nkv]` from its dot products `q_i . k_j`, with every feature but
-/// dropout applied, `-inf` where a key is
-/// not visible, and `dS/d(scale q.k)` (the softcap's `1 - tanh^2`, else 1) beside them.
-struct HeadScores {
-    scores: Array2<f64>,
-    slope_of_softcap: Array2<f64>,
+/// What one call knows once its inputs and features are checked.
+struct Call<'a> {
+    shape: AttentionShape,
+    scale: f64,
+    causal: bool,
+    features: &'a Features,
 }
 
-fn head_scores(
-    dots: &Array2<f64>,
-    scale: f64,
-    shape: &AttentionShape,
-    causal: bool,
-    features: &Features,
-    h: usize,
-    keys: &Range<usize>,
-) -> HeadScores {
-    let mut scores = Array2::from_elem(dots.dim(), f64::NEG_INFINITY);
-    let mut slope_of_softcap = Array2::zeros(dots.dim());
-    for i in 0..shape.q_len {
-        let band = visible_band(shape, i, causal, features.window);
-        for j in band.start.max(keys.start)..band.end.min(keys.end) {
-            scores[[i, j]] = features.score(dots[[i, j]], scale, shape, h, i, j);
-            slope_of_softcap[[i, j]] = match features.softcap {
-                Some(c) => 1.0 - (scale * dots[[i, j]] / f64::from(c)).tanh().powi(2),
-                None => 1.0,
-            };
-        }
+impl<'a> Call<'a> {
+    /// [`check_inputs`] and [`Features::check`]: the checks every function here starts with.
+    fn checked(
+        q: &Array4<f32>,
+        k: &Array4<f32>,
+        v: &Array4<f32>,
+        options: &AttentionOptions,
+        features: &'a Features,
+    ) -> Result<Self, AttentionError> {
+        let checked = check_inputs(q, k, v, options)?;
+        features.check(&checked.shape)?;
+        let (shape, scale) = (checked.shape, f64::from(checked.scale));
+        Ok(Self { shape, scale, causal: options.causal, features })
     }
-    HeadScores { scores, slope_of_softcap }
+
+    /// Head `h` of batch `b` of `x`, in f64.
+    fn head(&self, x: &Array4<f32>, b: usize, h: usize) -> Array2<f64> {
+        x.slice(s![b, h, .., ..]).mapv(f64::from)
+    }
+}
+
+/// One head's softmax with the features, over the keys `keys` (each `[Nq, Nkv]`, `L` `[Nq]`):
+/// what the forward pass, the backward pass and the error terms share.
+struct HeadSoftmax {
+    /// The scores with every feature but dropout applied, `-inf` where a key is not visible.
+    scores: Array2<f64>,
+    /// `dS/d(scale q.k)`: the softcap's `1 - tanh^2`, else 1.
+    slope_of_softcap: Array2<f64>,
+    /// `P`, 0 where a key is not visible, and `L` (`-inf` for a row that sees no key).
+    p: Array2<f64>,
+    lse: ndarray::Array1<f64>,
+    /// The dropout factors `Z / (1 - p)`: all 1 without dropout.
+    factors: Array2<f64>,
+}
+
+impl HeadSoftmax {
+    /// From the head's dot products `q_i . k_j`.
+    fn of(call: &Call, dots: &Array2<f64>, b: usize, h: usize, keys: &Range<usize>) -> Self {
+        let (shape, scale, features) = (&call.shape, call.scale, call.features);
+        let mut scores = Array2::from_elem(dots.dim(), f64::NEG_INFINITY);
+        let mut slope_of_softcap = Array2::zeros(dots.dim());
+        for i in 0..shape.q_len {
+            let band = visible_band(shape, i, call.causal, features.window);
+            for j in band.start.max(keys.start)..band.end.min(keys.end) {
+                scores[[i, j]] = features.score(dots[[i, j]], scale, shape, h, i, j);
+                slope_of_softcap[[i, j]] = match features.softcap {
+                    Some(c) => 1.0 - (scale * dots[[i, j]] / f64::from(c)).tanh().powi(2),
+                    None => 1.0,
+                };
+            }
+        }
+        let (p, lse) = softmax_rows(&scores);
+        let factors = Array2::from_shape_fn(dots.dim(), |(i, j)| match features.dropout {
+            Some(d) if d.keeps(b, h, i, j) => d.keep_scale(),
+            Some(_) => 0.0,
+            None => 1.0,
+        });
+        Self { scores, slope_of_softcap, p, lse, factors }
+    }
+
+    /// The weights after dropout, `P o Z / (1 - p)`: `O = weights V`.
+    fn weights(&self) -> Array2<f64> {
+        &self.p * &self.factors
+    }
 }
 
 /// `P` (0 where not visible) and `L` of one head from its scores.
@@ -278,15 +320,6 @@ fn softmax_rows(scores: &Array2<f64>) -> (Array2<f64>, ndarray::Array1<f64>) {
         *l = max + sum.ln();
     }
     (p, lse)
-}
-
-/// The dropout factors `Z / (1 - p)` of one head `[Nq, Nkv]`: all 1 without dropout.
-fn dropout_factors(features: &Features, shape: &AttentionShape, b: usize, h: usize) -> Array2<f64> {
-    Array2::from_shape_fn((shape.q_len, shape.kv_len), |(i, j)| match features.dropout {
-        Some(d) if d.keeps(b, h, i, j) => d.keep_scale(),
-        Some(_) => 0.0,
-        None => 1.0,
-    })
 }
 
 /// Attention with `features`, in f64: `O [B,H,Nq,D]` and `L [B,H,Nq]` as in this module's
@@ -314,9 +347,8 @@ pub fn partial(
     features: &Features,
     keys: Range<usize>,
 ) -> Result<AttentionOutput<f64>, AttentionError> {
-    let checked = check_inputs(q, k, v, options)?;
-    let (shape, scale) = (checked.shape, f64::from(checked.scale));
-    features.check(&shape)?;
+    let call = Call::checked(q, k, v, options, features)?;
+    let shape = call.shape;
     if keys.start > keys.end || keys.end > shape.kv_len {
         let expected = format!("a range of keys within 0..{} (Nkv)", shape.kv_len);
         return Err(AttentionError::InvalidFeature {
@@ -329,14 +361,10 @@ pub fn partial(
     let mut lse = Array3::<f64>::from_elem(shape.lse_dims(), f64::NEG_INFINITY);
     for b in 0..shape.batch {
         for h in 0..shape.heads {
-            let head = |x: &Array4<f32>| x.slice(s![b, h, .., ..]).mapv(f64::from);
-            let (q, k, v) = (head(q), head(k), head(v));
-            let scores =
-                head_scores(&q.dot(&k.t()), scale, &shape, options.causal, features, h, &keys);
-            let (p, l) = softmax_rows(&scores.scores);
-            let weights = &p * &dropout_factors(features, &shape, b, h);
-            o.slice_mut(s![b, h, .., ..]).assign(&weights.dot(&v));
-            lse.slice_mut(s![b, h, ..]).assign(&l);
+            let (q, k, v) = (call.head(q, b, h), call.head(k, b, h), call.head(v, b, h));
+            let softmax = HeadSoftmax::of(&call, &q.dot(&k.t()), b, h, &keys);
+            o.slice_mut(s![b, h, .., ..]).assign(&softmax.weights().dot(&v));
+            lse.slice_mut(s![b, h, ..]).assign(&softmax.lse);
         }
     }
     Ok(AttentionOutput { o, lse })
@@ -403,9 +431,8 @@ pub fn attention_backward(
     features: &Features,
     d_o: &Array4<f32>,
 ) -> Result<Gradients<f64>, AttentionError> {
-    let checked = check_inputs(q, k, v, options)?;
-    let (shape, scale) = (checked.shape, f64::from(checked.scale));
-    features.check(&shape)?;
+    let call = Call::checked(q, k, v, options, features)?;
+    let (shape, scale) = (call.shape, call.scale);
     check_same_shape("dO", d_o, "Q", q)?;
     check_finite("dO", d_o)?;
     let mut grads = Gradients {
@@ -416,16 +443,14 @@ pub fn attention_backward(
     let all_keys = 0..shape.kv_len;
     for b in 0..shape.batch {
         for h in 0..shape.heads {
-            let head = |x: &Array4<f32>| x.slice(s![b, h, .., ..]).mapv(f64::from);
-            let (q, k, v, d_o) = (head(q), head(k), head(v), head(d_o));
-            let scores =
-                head_scores(&q.dot(&k.t()), scale, &shape, options.causal, features, h, &all_keys);
-            let (p, _) = softmax_rows(&scores.scores);
-            let factors = dropout_factors(features, &shape, b, h);
-            let d_v = (&p * &factors).t().dot(&d_o);
-            let d_p = d_o.dot(&v.t()) * &factors;
-            let d = (&p * &d_p).sum_axis(Axis(1)).insert_axis(Axis(1));
-            let d_s = &p * &(&d_p - &d) * &scores.slope_of_softcap;
+            let (q, k, v) = (call.head(q, b, h), call.head(k, b, h), call.head(v, b, h));
+            let d_o = call.head(d_o, b, h);
+            let softmax = HeadSoftmax::of(&call, &q.dot(&k.t()), b, h, &all_keys);
+            let p = &softmax.p;
+            let d_v = softmax.weights().t().dot(&d_o);
+            let d_p = d_o.dot(&v.t()) * &softmax.factors;
+            let d = (p * &d_p).sum_axis(Axis(1)).insert_axis(Axis(1));
+            let d_s = p * &(&d_p - &d) * &softmax.slope_of_softcap;
             grads.dq.slice_mut(s![b, h, .., ..]).assign(&(d_s.dot(&k) * scale));
             grads.dk.slice_mut(s![b, h, .., ..]).assign(&(d_s.t().dot(&q) * scale));
             grads.dv.slice_mut(s![b, h, .., ..]).assign(&d_v);
@@ -446,25 +471,28 @@ pub fn expected(
     options: &AttentionOptions,
     features: &Features,
 ) -> Result<Expected, AttentionError> {
-    let output = attention(q, k, v, options, features)?;
-    let checked = check_inputs(q, k, v, options)?;
-    let (shape, scale) = (checked.shape, f64::from(checked.scale));
+    let call = Call::checked(q, k, v, options, features)?;
+    let (shape, scale) = (call.shape, call.scale);
+    let mut output = AttentionOutput {
+        o: Array4::<f64>::zeros(shape.q_dims()),
+        lse: Array3::<f64>::from_elem(shape.lse_dims(), f64::NEG_INFINITY),
+    };
     let mut value_terms = Array4::<f64>::zeros(shape.q_dims());
     let mut visible_values = Array4::<f64>::zeros(shape.q_dims());
     let mut logit_terms = Array3::<f64>::zeros(shape.lse_dims());
     let all_keys = 0..shape.kv_len;
     for b in 0..shape.batch {
         for h in 0..shape.heads {
-            let head = |x: &Array4<f32>| x.slice(s![b, h, .., ..]).mapv(f64::from);
-            let (q, k, v) = (head(q), head(k), head(v));
-            let scores =
-                head_scores(&q.dot(&k.t()), scale, &shape, options.causal, features, h, &all_keys);
-            let (p, _) = softmax_rows(&scores.scores);
-            let factors = dropout_factors(features, &shape, b, h);
+            let (q, k, v) = (call.head(q, b, h), call.head(k, b, h), call.head(v, b, h));
+            let softmax = HeadSoftmax::of(&call, &q.dot(&k.t()), b, h, &all_keys);
+            let weights = softmax.weights();
+            output.o.slice_mut(s![b, h, .., ..]).assign(&weights.dot(&v));
+            output.lse.slice_mut(s![b, h, ..]).assign(&softmax.lse);
             let v_size = v.mapv(f64::abs);
-            value_terms.slice_mut(s![b, h, .., ..]).assign(&(&p * &factors).dot(&v_size));
-            let seen = scores.scores.mapv(|x| if x == f64::NEG_INFINITY { 0.0 } else { 1.0 });
-            visible_values.slice_mut(s![b, h, .., ..]).assign(&(&seen * &factors).dot(&v_size));
+            value_terms.slice_mut(s![b, h, .., ..]).assign(&weights.dot(&v_size));
+            let seen = softmax.scores.mapv(|x| if x == f64::NEG_INFINITY { 0.0 } else { 1.0 });
+            let kept = &seen * &softmax.factors;
+            visible_values.slice_mut(s![b, h, .., ..]).assign(&kept.dot(&v_size));
             let terms = q.mapv(f64::abs).dot(&k.mapv(f64::abs).t()) * scale.abs();
             for i in 0..shape.q_len {
                 let band = visible_band(&shape, i, options.causal, features.window);

@@ -38,6 +38,7 @@ pub mod ex08;
 pub mod ex09;
 #[cfg(feature = "gpu")]
 pub mod ex10;
+pub mod features;
 pub mod forward;
 pub mod hidden;
 pub mod memory;

@@ -135,6 +135,36 @@ pub fn philox4x32_10(counter: [u32; 4], key: [u32; 2]) -> [u32; 4] {
     c
 }
 
+/// One of the features of [`Features`], for saying which ones an implementation computes
+/// ([`Features::check_supported`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Feature {
+    /// A sliding window ([`Window`]).
+    Window,
+    /// ALiBi slopes.
+    Alibi,
+    /// A logit softcap.
+    Softcap,
+    /// Dropout ([`Dropout`]).
+    Dropout,
+}
+
+impl Feature {
+    /// Every feature, in the order [`Features::score`] and the softmax apply them.
+    pub const ALL: [Feature; 4] =
+        [Feature::Window, Feature::Softcap, Feature::Alibi, Feature::Dropout];
+
+    /// The feature's name in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Feature::Window => "sliding window",
+            Feature::Alibi => "ALiBi slopes",
+            Feature::Softcap => "softcap",
+            Feature::Dropout => "dropout",
+        }
+    }
+}
+
 /// Which of FlashAttention's features an attention call uses, beside [`AttentionOptions`]'s
 /// scale and causal mask. [`Features::default`] uses none: plain attention.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -204,6 +234,44 @@ impl Features {
             return invalid("dropout probability", format!("{}", dropout.p), expected);
         }
         Ok(())
+    }
+
+    /// Whether `feature` is in use: a window bounded on some side, slopes, a softcap, dropout
+    /// with `p > 0`.
+    pub fn uses(&self, feature: Feature) -> bool {
+        match feature {
+            Feature::Window => self.window != Window::FULL,
+            Feature::Alibi => self.alibi_slopes.is_some(),
+            Feature::Softcap => self.softcap.is_some(),
+            Feature::Dropout => self.dropout.is_some_and(|d| d.p != 0.0),
+        }
+    }
+
+    /// [`Features::check`], then an error for the first feature in use that `supported` does
+    /// not list: an implementation that computes only some features refuses the others
+    /// instead of silently leaving them out.
+    pub fn check_supported(
+        &self,
+        shape: &AttentionShape,
+        supported: &[Feature],
+    ) -> Result<(), AttentionError> {
+        self.check(shape)?;
+        let Some(missing) =
+            Feature::ALL.into_iter().find(|&f| self.uses(f) && !supported.contains(&f))
+        else {
+            return Ok(());
+        };
+        let names: Vec<&str> = supported.iter().map(|f| f.name()).collect();
+        let expected = if names.is_empty() {
+            "no features here (plain attention)".to_string()
+        } else {
+            format!("only the features this implementation computes: {}", names.join(", "))
+        };
+        Err(AttentionError::InvalidFeature {
+            feature: missing.name(),
+            found: "in use".into(),
+            expected,
+        })
     }
 
     /// The score of query row `i` and key `j` of head `h` from `dot = q_i . k_j`: scaled,
@@ -905,6 +973,33 @@ mod tests {
         let other = Problem::random(&ProblemSpec::new(1, 2, 4, 3, 2), 0);
         let large = oracle::attention(&other.q, &other.k, &other.v, &other.options).unwrap();
         assert!(matches!(merge(&[small, large]), Err(AttentionError::ShapeMismatch { .. })));
+    }
+
+    #[test]
+    fn an_implementation_refuses_the_features_it_does_not_compute() {
+        let shape = AttentionShape { batch: 1, heads: 2, q_len: 3, kv_len: 3, head_dim: 2 };
+        let supported = [Feature::Alibi, Feature::Softcap];
+        let both = Features::default().alibi(vec![0.5, 0.25]).softcap(30.0);
+        assert!(both.check_supported(&shape, &supported).is_ok());
+        // A window, or dropout with p > 0, is refused by name; p = 0 and the full window are
+        // no feature at all.
+        let window = both.clone().window(Some(2), None).check_supported(&shape, &supported);
+        let message = window.unwrap_err().to_string();
+        assert!(message.starts_with("sliding window") && message.contains("ALiBi slopes, softcap"));
+        let dropout = both.clone().dropout(0.1, 7).check_supported(&shape, &supported);
+        assert!(matches!(dropout, Err(AttentionError::InvalidFeature { feature: "dropout", .. })));
+        assert!(
+            both.clone()
+                .dropout(0.0, 7)
+                .window(None, None)
+                .check_supported(&shape, &supported)
+                .is_ok()
+        );
+        // The features' own checks come first, and plain attention supports nothing.
+        let wrong_count = Features::default().alibi(vec![0.5]).check_supported(&shape, &supported);
+        assert!(wrong_count.unwrap_err().to_string().contains("one per head (2)"));
+        let plain = Features::default().softcap(1.0).check_supported(&shape, &[]);
+        assert!(plain.unwrap_err().to_string().contains("no features here"));
     }
 
     #[test]

@@ -33,7 +33,7 @@ pub use contract::{
     check_finite, check_inputs, check_logsumexp, check_lse_shape, check_same_shape,
 };
 pub use error::{AttentionError, DeviceError, NonFiniteValue};
-pub use features::{Dropout, Features, Window};
+pub use features::{Dropout, Feature, Features, Window};
 pub use oracle::{Expected, ExpectedGradients, Gradients};
 pub use problem::{Problem, ProblemSpec};
 pub use version::{About, BackwardVersion, ForwardVersion, Kind, Storage};

@@ -3,11 +3,14 @@
 
 use ndarray::{Array4, s};
 use reference::layout::{bhsd_to_bshd, bshd_to_bhsd};
-use reference::{AttentionError, AttentionOptions, AttentionOutput, CheckedInputs, check_inputs};
+use reference::{
+    AttentionError, AttentionOptions, AttentionOutput, CheckedInputs, Feature, Features,
+    check_inputs,
+};
 
 use crate::ex01::Exercise01;
-use crate::forward;
 use crate::mutants::{Planted, planted_bugs, row_max, rows, weighted_sum};
+use crate::{ex01, forward};
 
 planted_bugs! {
     /// Classic mistakes in naive attention (exercise 01).
@@ -24,6 +27,19 @@ planted_bugs! {
         LseWithoutMax => forward::ONE_KEY,
         /// Inputs read as `[B, N, H, D]`: attention over heads instead of positions.
         HeadsAsSequence => forward::INDEPENDENT,
+        /// The ALiBi bias added instead of subtracted: far keys weigh more.
+        AlibiSignFlipped => ex01::ALIBI_BY_HAND,
+        /// The ALiBi distance `|i - j|`, aligned top-left instead of bottom-right.
+        AlibiTopLeft => ex01::ALIBI_BY_HAND,
+        /// Every head uses the first head's slope.
+        AlibiFirstSlopeForEveryHead => ex01::ALIBI_RANDOM,
+        /// The softcap applied to `q.k` before the scale.
+        SoftcapBeforeScale => ex01::SOFTCAP_BY_HAND,
+        /// The softcap applied after the ALiBi bias.
+        SoftcapAfterAlibi => ex01::ALIBI_AND_SOFTCAP,
+        /// The features are not checked: a slope missing for a head panics, a window is
+        /// silently left out.
+        FeaturesNotChecked => ex01::FEATURE_ERRORS,
     }
 }
 
@@ -36,11 +52,23 @@ impl Exercise01 for Planted<NaiveBug> {
         options: &AttentionOptions,
     ) -> Result<AttentionOutput<f32>, AttentionError> {
         if self.has(NaiveBug::HeadsAsSequence) {
-            let out = naive(&bshd_to_bhsd(q), &bshd_to_bhsd(k), &bshd_to_bhsd(v), options, None)?;
+            let (q, k, v) = (bshd_to_bhsd(q), bshd_to_bhsd(k), bshd_to_bhsd(v));
+            let out = naive(&q, &k, &v, options, &Features::default(), None)?;
             let lse = out.lse.permuted_axes([0, 2, 1]).as_standard_layout().into_owned();
             return Ok(AttentionOutput { o: bhsd_to_bshd(&out.o), lse });
         }
-        naive(q, k, v, options, self.bug)
+        naive(q, k, v, options, &Features::default(), self.bug)
+    }
+
+    fn attention_with_features(
+        &self,
+        q: &Array4<f32>,
+        k: &Array4<f32>,
+        v: &Array4<f32>,
+        options: &AttentionOptions,
+        features: &Features,
+    ) -> Result<AttentionOutput<f32>, AttentionError> {
+        naive(q, k, v, options, features, self.bug)
     }
 }
 
@@ -49,9 +77,13 @@ fn naive(
     k: &Array4<f32>,
     v: &Array4<f32>,
     options: &AttentionOptions,
+    features: &Features,
     bug: Option<NaiveBug>,
 ) -> Result<AttentionOutput<f32>, AttentionError> {
     let CheckedInputs { shape, mut scale, .. } = check_inputs(q, k, v, options)?;
+    if bug != Some(NaiveBug::FeaturesNotChecked) {
+        features.check_supported(&shape, &[Feature::Alibi, Feature::Softcap])?;
+    }
     if bug == Some(NaiveBug::NoScale) {
         scale = 1.0;
     }
@@ -66,8 +98,11 @@ fn naive(
             continue;
         }
         let query = q.slice(s![b, h, i, ..]);
-        let scores: Vec<f32> =
-            (0..visible).map(|j| scale * query.dot(&k.slice(s![b, h, j, ..]))).collect();
+        let score = |j: usize| {
+            let dot = query.dot(&k.slice(s![b, h, j, ..]));
+            featured_score(dot, scale, features, (h, i, j), &shape, bug)
+        };
+        let scores: Vec<f32> = (0..visible).map(score).collect();
         let max = if bug == Some(NaiveBug::MaxNotSubtracted) { 0.0 } else { row_max(&scores) };
         let weights: Vec<f32> = scores.iter().map(|&x| (x - max).exp()).collect();
         let sum: f32 = weights.iter().sum();
@@ -77,4 +112,34 @@ fn naive(
             if bug == Some(NaiveBug::LseWithoutMax) { sum.ln() } else { max + sum.ln() };
     }
     Ok(out)
+}
+
+/// The score of row `i` and key `j` of head `h`: scaled, softcapped, biased by ALiBi, with the
+/// feature bugs.
+fn featured_score(
+    dot: f32,
+    scale: f32,
+    features: &Features,
+    (h, i, j): (usize, usize, usize),
+    shape: &reference::AttentionShape,
+    bug: Option<NaiveBug>,
+) -> f32 {
+    let cap = |s: f32| features.softcap.map_or(s, |c| c * (s / c).tanh());
+    let mut s =
+        if bug == Some(NaiveBug::SoftcapBeforeScale) { cap(dot) * scale } else { scale * dot };
+    if !matches!(bug, Some(NaiveBug::SoftcapBeforeScale | NaiveBug::SoftcapAfterAlibi)) {
+        s = cap(s);
+    }
+    if let Some(slopes) = &features.alibi_slopes {
+        let slope =
+            if bug == Some(NaiveBug::AlibiFirstSlopeForEveryHead) { slopes[0] } else { slopes[h] };
+        let diagonal = if bug == Some(NaiveBug::AlibiTopLeft) {
+            i as i64
+        } else {
+            i as i64 + shape.kv_len as i64 - shape.q_len as i64
+        };
+        let bias = slope * (diagonal - j as i64).abs() as f32;
+        s = if bug == Some(NaiveBug::AlibiSignFlipped) { s + bias } else { s - bias };
+    }
+    if bug == Some(NaiveBug::SoftcapAfterAlibi) { cap(s) } else { s }
 }

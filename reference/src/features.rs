@@ -417,14 +417,7 @@ pub fn partial(
 ) -> Result<AttentionOutput<f64>, AttentionError> {
     let call = Call::checked(q, k, v, options, features)?;
     let shape = call.shape;
-    if keys.start > keys.end || keys.end > shape.kv_len {
-        let expected = format!("a range of keys within 0..{} (Nkv)", shape.kv_len);
-        return Err(AttentionError::InvalidFeature {
-            feature: "split keys",
-            found: format!("{keys:?}"),
-            expected,
-        });
-    }
+    check_key_range(&shape, &keys)?;
     let mut o = Array4::<f64>::zeros(shape.q_dims());
     let mut lse = Array3::<f64>::from_elem(shape.lse_dims(), f64::NEG_INFINITY);
     for b in 0..shape.batch {
@@ -438,14 +431,22 @@ pub fn partial(
     Ok(AttentionOutput { o, lse })
 }
 
-/// Combines partial results over disjoint sets of keys into the result over all of them, the
-/// logsumexp merge of lesson 02 applied to whole rows:
-///
-/// $$ L = \log \sum_s e^{L^{(s)}}, \qquad O = \sum_s e^{L^{(s)} - L}\, O^{(s)} . $$
-///
-/// A part whose row saw no key (`L = -inf`) weighs 0; a row that no part saw stays `O = 0`,
-/// `L = -inf`. Every part must have the same shape.
-pub fn merge(parts: &[AttentionOutput<f64>]) -> Result<AttentionOutput<f64>, AttentionError> {
+/// Whether `keys` lies within the keys `0..Nkv` of `shape` (it may be empty), or the error
+/// that names the range and `Nkv`.
+pub fn check_key_range(shape: &AttentionShape, keys: &Range<usize>) -> Result<(), AttentionError> {
+    if keys.start <= keys.end && keys.end <= shape.kv_len {
+        return Ok(());
+    }
+    Err(AttentionError::InvalidFeature {
+        feature: "split keys",
+        found: format!("{keys:?}"),
+        expected: format!("a range of keys within 0..{} (Nkv)", shape.kv_len),
+    })
+}
+
+/// Whether `parts` can be merged: at least one, every `O` of the first one's shape and every
+/// `L` of the matching `[B, H, Nq]`; or the error that says what is wrong.
+pub fn check_parts<X>(parts: &[AttentionOutput<X>]) -> Result<(), AttentionError> {
     let Some(first) = parts.first() else {
         let expected = "at least one partial result".to_string();
         return Err(AttentionError::InvalidFeature {
@@ -457,9 +458,19 @@ pub fn merge(parts: &[AttentionOutput<f64>]) -> Result<AttentionOutput<f64>, Att
     for part in &parts[1..] {
         check_same_shape("O of a part", &part.o, "O of the first part", &first.o)?;
     }
-    for part in parts {
-        check_lse_shape(&part.lse, &part.o)?;
-    }
+    parts.iter().try_for_each(|part| check_lse_shape(&part.lse, &part.o))
+}
+
+/// Combines partial results over disjoint sets of keys into the result over all of them, the
+/// logsumexp merge of lesson 02 applied to whole rows:
+///
+/// $$ L = \log \sum_s e^{L^{(s)}}, \qquad O = \sum_s e^{L^{(s)} - L}\, O^{(s)} . $$
+///
+/// A part whose row saw no key (`L = -inf`) weighs 0; a row that no part saw stays `O = 0`,
+/// `L = -inf`. Every part must have the same shape.
+pub fn merge(parts: &[AttentionOutput<f64>]) -> Result<AttentionOutput<f64>, AttentionError> {
+    check_parts(parts)?;
+    let first = &parts[0];
     let mut lse = first.lse.clone();
     for part in &parts[1..] {
         lse.zip_mut_with(&part.lse, |l, &other| *l = log_add_exp(*l, other));
@@ -539,8 +550,22 @@ pub fn expected(
     options: &AttentionOptions,
     features: &Features,
 ) -> Result<Expected, AttentionError> {
+    expected_partial(q, k, v, options, features, 0..k.dim().2)
+}
+
+/// [`expected`] for [`partial`]: the partial result over the keys `keys` and the error model's
+/// terms over those keys only.
+pub fn expected_partial(
+    q: &Array4<f32>,
+    k: &Array4<f32>,
+    v: &Array4<f32>,
+    options: &AttentionOptions,
+    features: &Features,
+    keys: Range<usize>,
+) -> Result<Expected, AttentionError> {
     let call = Call::checked(q, k, v, options, features)?;
     let (shape, scale) = (call.shape, call.scale);
+    check_key_range(&shape, &keys)?;
     let mut output = AttentionOutput {
         o: Array4::<f64>::zeros(shape.q_dims()),
         lse: Array3::<f64>::from_elem(shape.lse_dims(), f64::NEG_INFINITY),
@@ -548,11 +573,10 @@ pub fn expected(
     let mut value_terms = Array4::<f64>::zeros(shape.q_dims());
     let mut visible_values = Array4::<f64>::zeros(shape.q_dims());
     let mut logit_terms = Array3::<f64>::zeros(shape.lse_dims());
-    let all_keys = 0..shape.kv_len;
     for b in 0..shape.batch {
         for h in 0..shape.heads {
             let (q, k, v) = (call.head(q, b, h), call.head(k, b, h), call.head(v, b, h));
-            let softmax = HeadSoftmax::of(&call, &q.dot(&k.t()), b, h, &all_keys);
+            let softmax = HeadSoftmax::of(&call, &q.dot(&k.t()), b, h, &keys);
             let weights = softmax.weights();
             output.o.slice_mut(s![b, h, .., ..]).assign(&weights.dot(&v));
             output.lse.slice_mut(s![b, h, ..]).assign(&softmax.lse);
@@ -565,7 +589,7 @@ pub fn expected(
             for i in 0..shape.q_len {
                 let band = visible_band(&shape, i, options.causal, features.window);
                 let mut largest = 0.0f64;
-                for j in band {
+                for j in band.start.max(keys.start)..band.end.min(keys.end) {
                     let bias = features.score(0.0, 0.0, &shape, h, i, j).abs();
                     largest = largest.max(terms[[i, j]] + bias);
                 }
@@ -1000,6 +1024,24 @@ mod tests {
         assert!(wrong_count.unwrap_err().to_string().contains("one per head (2)"));
         let plain = Features::default().softcap(1.0).check_supported(&shape, &[]);
         assert!(plain.unwrap_err().to_string().contains("no features here"));
+    }
+
+    #[test]
+    fn expected_partial_gives_the_partial_result_and_terms_over_its_keys() {
+        let p = Problem::random(&ProblemSpec::new(1, 2, 5, 7, 3).causal(true), 4);
+        let features = Features::default().alibi(vec![0.5, 0.25]);
+        let part = partial(&p.q, &p.k, &p.v, &p.options, &features, 2..5).unwrap();
+        let e = expected_partial(&p.q, &p.k, &p.v, &p.options, &features, 2..5).unwrap();
+        assert_outputs_close(&e.output, &part, "expected_partial against partial");
+        let whole = expected(&p.q, &p.k, &p.v, &p.options, &features).unwrap();
+        for (b, w) in e.visible_values.iter().zip(&whole.visible_values) {
+            assert!(b <= w, "fewer keys, smaller terms: {b} > {w}");
+        }
+        // Row 0 sees keys 0..=2 under the causal mask (Nkv - Nq = 2): only key 2 is in 2..5.
+        let one_key = e.visible_values[[0, 0, 0, 1]];
+        assert!(close(one_key, f64::from(p.v[[0, 0, 2, 1]].abs()), 1e-12));
+        let outside = expected_partial(&p.q, &p.k, &p.v, &p.options, &features, 5..8);
+        assert!(outside.unwrap_err().to_string().contains("within 0..7 (Nkv)"));
     }
 
     #[test]

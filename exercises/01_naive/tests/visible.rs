@@ -67,8 +67,8 @@ fn a_softcap_keeps_every_score_below_it() {
     let k = head(array![[0.0], [1000.0]]);
     let v = head(array![[0.0], [1.0]]);
     let options = AttentionOptions::new().with_scale(1.0);
-    let out = attention_with_features(&q, &k, &v, &options, &Features::default().softcap(1.0))
-        .unwrap();
+    let out =
+        attention_with_features(&q, &k, &v, &options, &Features::default().softcap(1.0)).unwrap();
     let e = std::f32::consts::E;
     assert!((out.o[[0, 0, 0, 0]] - e / (1.0 + e)).abs() < 1e-5);
 }

@@ -1,16 +1,20 @@
-//! # Exercise 02: online softmax
+//! # Exercise 02: online softmax, then split keys and their merge
 //!
-//! From a softmax that overflows to one that streams: safe softmax, the running state
+//! Warm-up: from a softmax that overflows to one that streams: safe softmax, the running state
 //! `(m, l)` and its merge, online softmax, and attention that streams over the keys once.
-//! The task, the contract and hints are in this folder's README.md; the book's chapter 2
-//! explains the ideas.
+//! Main task: attention over a range of the keys, and the merge of such partial results into
+//! attention over all of them (flash-decoding's combine step). The tasks, the contract and
+//! hints are in this folder's README.md; the book's chapter 2 explains the ideas.
 //!
 //! Check your work with `cargo test -p ex02 --test visible` and `cargo grade ex02`.
 
 // The stub does not use its inputs yet; delete this line once it does.
 #![allow(unused_variables, unused_imports)]
 
-use ndarray::{Array1, Array4, s};
+use std::ops::Range;
+
+use ndarray::{Array1, Array3, Array4, s};
+use reference::features::{check_key_range, check_parts};
 use reference::{
     AttentionError, AttentionOptions, AttentionOutput, AttentionShape, CheckedInputs, check_inputs,
 };
@@ -89,4 +93,33 @@ pub fn attention(
     //         acc = acc * e^(old max - new max) + e^(score - new max) * v_j.
     // TODO 3: if any key was seen: O_i = acc / l and L_i = state.logsumexp().
     todo!("exercise 02: online attention")
+}
+
+/// Main task, part 1: attention over the keys in `keys` only, as if the others did not exist:
+/// `O` normalised over the keys of the range that each row sees, and their logsumexp `L`
+/// (`O = 0`, `L = -inf` for a row that sees none of them). Every key keeps its index in the
+/// whole problem, so the causal mask is the whole problem's.
+///
+/// Shapes as in `attention`; `keys` must lie within `0..Nkv` (it may be empty).
+pub fn partial_attention(
+    q: &Array4<f32>,
+    k: &Array4<f32>,
+    v: &Array4<f32>,
+    options: &AttentionOptions,
+    keys: Range<usize>,
+) -> Result<AttentionOutput<f32>, AttentionError> {
+    // TODO 1: check the inputs, then the range: `check_key_range(&shape, &keys)?;`
+    // TODO 2: your online attention, over the keys of `keys` that the row may see.
+    todo!("exercise 02, main task: partial_attention")
+}
+
+/// Main task, part 2: the result over all the keys of `parts` (partial results over disjoint
+/// ranges of keys of the same problem), from their `O [B, H, Nq, D]` and `L [B, H, Nq]` alone.
+pub fn merge_partials(
+    parts: &[AttentionOutput<f32>],
+) -> Result<AttentionOutput<f32>, AttentionError> {
+    // TODO 1: `check_parts(parts)?;` (at least one part, all of the same shape).
+    // TODO 2: for every row: its L from the parts' L, then its O from the parts' O (the
+    //         README's formulas), without overflow, and without NaN for a row no part saw.
+    todo!("exercise 02, main task: merge_partials")
 }

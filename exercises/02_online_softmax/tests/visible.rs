@@ -1,6 +1,9 @@
 //! Small examples you can check by hand: `cargo test -p ex02 --test visible`.
 
-use ex02::{SoftmaxState, attention, naive_softmax, online_softmax, safe_softmax};
+use ex02::{
+    SoftmaxState, attention, merge_partials, naive_softmax, online_softmax, partial_attention,
+    safe_softmax,
+};
 use ndarray::{Array4, array};
 use reference::AttentionOptions;
 
@@ -42,4 +45,22 @@ fn online_attention_of_two_equal_keys_averages_the_values() {
     let v: Array4<f32> = array![[[[1.0], [3.0]]]];
     let out = attention(&q, &k, &v, &AttentionOptions::new()).unwrap();
     assert!((out.o[[0, 0, 0, 0]] - 2.0).abs() < 1e-6);
+}
+
+// The main task.
+
+#[test]
+fn two_halves_of_the_keys_merge_into_the_whole() {
+    // One query, two keys scoring 0 and ln 3 (scale 1): weights 1/4 and 3/4.
+    let q = Array4::from_shape_vec((1, 1, 1, 1), vec![1.0]).unwrap();
+    let k = Array4::from_shape_vec((1, 1, 2, 1), vec![0.0, 3f32.ln()]).unwrap();
+    let v = Array4::from_shape_vec((1, 1, 2, 1), vec![4.0, 8.0]).unwrap();
+    let options = AttentionOptions::new().with_scale(1.0);
+    let first = partial_attention(&q, &k, &v, &options, 0..1).unwrap();
+    let second = partial_attention(&q, &k, &v, &options, 1..2).unwrap();
+    assert_eq!(first.o[[0, 0, 0, 0]], 4.0); // one key each: O = its value, L = its score
+    assert!((second.lse[[0, 0, 0]] - 3f32.ln()).abs() < 1e-6);
+    let whole = merge_partials(&[first, second]).unwrap();
+    assert!((whole.o[[0, 0, 0, 0]] - 7.0).abs() < 1e-5); // 4/4 + 8 * 3/4
+    assert!((whole.lse[[0, 0, 0]] - 4f32.ln()).abs() < 1e-6);
 }

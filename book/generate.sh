@@ -122,6 +122,7 @@ export PROPTEST_RNG_SEED=20261121
 show memory_table "cargo run -p lesson01 --example memory_table" cargo run -p lesson01 --example memory_table
 show overflow "cargo run -p lesson02 --example overflow" cargo run -p lesson02 --example overflow
 show tile_schedule "cargo run -p lesson03 --example tile_schedule" cargo run -p lesson03 --example tile_schedule
+show window_band "cargo run -p reference --example window_band" cargo run -p reference --example window_band
 show io_model "cargo run --release -p lesson04 --example io_model" cargo run -p lesson04 --example io_model
 show error_table "cargo run --release -p lesson06 --example error_table" cargo run -p lesson06 --example error_table
 # The lessons, from the course manifest (course.toml); a failure to read it stops the script.

@@ -1,9 +1,11 @@
-//! # Exercise 03: tiled FlashAttention forward
+//! # Exercise 03: tiled FlashAttention forward, then a sliding window
 //!
-//! The FlashAttention-2 forward pass on the CPU: outer loop over tiles of `Br` query rows,
-//! inner loop over tiles of `Bc` keys, a running `(m, l, acc)` per query row, `O` normalised
-//! once at the end, and the logsumexp `L`. The task, the contract and hints are in this
-//! folder's README.md; the book's chapter 3 explains the ideas.
+//! Warm-up: the FlashAttention-2 forward pass on the CPU: outer loop over tiles of `Br` query
+//! rows, inner loop over tiles of `Bc` keys, a running `(m, l, acc)` per query row, `O`
+//! normalised once at the end, and the logsumexp `L`.
+//! Main task: the same forward with FlashAttention-2's sliding window (`window_size`), which
+//! computes only the tiles that overlap the window. The tasks, the contract and hints are in
+//! this folder's README.md; the book's chapter 3 explains the ideas.
 //!
 //! Check your work with `cargo test -p ex03 --test visible` and `cargo grade ex03`.
 
@@ -13,7 +15,8 @@
 use ndarray::linalg::general_mat_mul;
 use ndarray::{Array1, Array2, Array4, ArrayView2, ArrayViewMut1, ArrayViewMut2, s};
 use reference::{
-    AttentionError, AttentionOptions, AttentionOutput, AttentionShape, CheckedInputs, check_inputs,
+    AttentionError, AttentionOptions, AttentionOutput, AttentionShape, CheckedInputs, Window,
+    check_inputs,
 };
 
 /// Tile sizes: `Br` query rows per outer tile and `Bc` keys per inner tile (given).
@@ -90,6 +93,27 @@ pub fn attention(
     //           - state.update(S, V_tile).
     //         Then state.finish(...) writes this tile's rows of O and L.
     todo!("exercise 03: tiled forward")
+}
+
+/// Main task: the tiled forward with a sliding window. Row `i` sees key `j` only if
+/// `i + Nkv - Nq - left <= j <= i + Nkv - Nq + right` (a side that is `None` has no bound), and
+/// the causal mask if `options.causal`. Key tiles in which no row of the query tile sees a key
+/// are never computed, on either side of the window.
+pub fn attention_window(
+    q: &Array4<f32>,
+    k: &Array4<f32>,
+    v: &Array4<f32>,
+    options: &AttentionOptions,
+    window: Window,
+    tiles: TileSizes,
+) -> Result<AttentionOutput<f32>, AttentionError> {
+    // TODO 1: validate as in `attention`.
+    // TODO 2: for each query tile: which keys does some row of it see? Loop only over the key
+    //         tiles that overlap them (on the grid of Bc: key tiles start at multiples of Bc),
+    //         computing each with `tile_scores`.
+    // TODO 3: mask each computed tile row by row: -inf outside the row's window (and the
+    //         causal mask); then your RunningState does the rest.
+    todo!("exercise 03, main task: sliding window")
 }
 
 /// Per query row of a tile: the running max `m`, running sum `l`, and unnormalised output

@@ -1,8 +1,8 @@
 //! Small examples you can check by hand: `cargo test -p ex03 --test visible`.
 
-use ex03::{TileSizes, attention};
+use ex03::{TileSizes, attention, attention_window};
 use ndarray::{Array4, array};
-use reference::AttentionOptions;
+use reference::{AttentionOptions, Window};
 
 fn tiles(br: usize, bc: usize) -> TileSizes {
     TileSizes::new(br, bc).unwrap()
@@ -37,4 +37,16 @@ fn tile_sizes_do_not_change_the_result() {
 #[test]
 fn zero_tile_size_is_an_error() {
     assert!(TileSizes::new(0, 4).is_err());
+}
+
+// The main task.
+
+#[test]
+fn a_window_of_zero_keys_each_side_sees_only_the_diagonal() {
+    // Nq = Nkv = 3: row i's diagonal is key i, so with window (0, 0) each row's O is V_i.
+    let q = Array4::from_shape_vec((1, 1, 3, 1), vec![1.0, 2.0, 3.0]).unwrap();
+    let v = Array4::from_shape_vec((1, 1, 3, 1), vec![10.0, 20.0, 30.0]).unwrap();
+    let window = Window::new(Some(0), Some(0));
+    let out = attention_window(&q, &q, &v, &AttentionOptions::new(), window, tiles(2, 2)).unwrap();
+    assert_eq!(out.o.as_slice().unwrap(), &[10.0, 20.0, 30.0]);
 }

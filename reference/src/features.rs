@@ -30,7 +30,7 @@ use ndarray::{Array2, Array3, Array4, Axis, s};
 use crate::contract::{
     LARGEST_LOGIT, check_finite, check_inputs, check_lse_shape, check_same_shape,
 };
-use crate::oracle::{Expected, Gradients};
+use crate::oracle::{Expected, ExpectedGradients, Gradients};
 use crate::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
 
 /// A sliding window, FlashAttention-2's `window_size = (left, right)`: row `i` sees keys
@@ -231,7 +231,7 @@ impl Features {
             && !(0.0..1.0).contains(&dropout.p)
         {
             let expected = "a probability in [0, 1) (no dropout: None or 0)".to_string();
-            return invalid("dropout probability", format!("{}", dropout.p), expected);
+            return invalid(Feature::Dropout.name(), format!("p = {}", dropout.p), expected);
         }
         Ok(())
     }
@@ -324,6 +324,29 @@ impl<'a> Call<'a> {
     /// Head `h` of batch `b` of `x`, in f64.
     fn head(&self, x: &Array4<f32>, b: usize, h: usize) -> Array2<f64> {
         x.slice(s![b, h, .., ..]).mapv(f64::from)
+    }
+
+    /// The error model's logit terms of head `h` (`q`, `k` its `[Nq, D]` and `[Nkv, D]`), one
+    /// per row: the largest `|scale| sum_d |q_id| |k_jd|` plus the ALiBi bias over the keys of
+    /// `keys` the row sees (0 if none). An f32 bias carries a rounding error relative to its
+    /// size; a softcap only shrinks errors, its slope being at most 1.
+    fn logit_terms(
+        &self,
+        q: &Array2<f64>,
+        k: &Array2<f64>,
+        h: usize,
+        keys: &Range<usize>,
+    ) -> ndarray::Array1<f64> {
+        let shape = &self.shape;
+        let terms = q.mapv(f64::abs).dot(&k.mapv(f64::abs).t()) * self.scale.abs();
+        (0..shape.q_len)
+            .map(|i| {
+                let band = visible_band(shape, i, self.causal, self.features.window);
+                (band.start.max(keys.start)..band.end.min(keys.end))
+                    .map(|j| terms[[i, j]] + self.features.score(0.0, 0.0, shape, h, i, j).abs())
+                    .fold(0.0f64, f64::max)
+            })
+            .collect()
     }
 }
 
@@ -564,7 +587,7 @@ pub fn expected_partial(
     keys: Range<usize>,
 ) -> Result<Expected, AttentionError> {
     let call = Call::checked(q, k, v, options, features)?;
-    let (shape, scale) = (call.shape, call.scale);
+    let shape = call.shape;
     check_key_range(&shape, &keys)?;
     let mut output = AttentionOutput {
         o: Array4::<f64>::zeros(shape.q_dims()),
@@ -585,20 +608,74 @@ pub fn expected_partial(
             let seen = softmax.scores.mapv(|x| if x == f64::NEG_INFINITY { 0.0 } else { 1.0 });
             let kept = &seen * &softmax.factors;
             visible_values.slice_mut(s![b, h, .., ..]).assign(&kept.dot(&v_size));
-            let terms = q.mapv(f64::abs).dot(&k.mapv(f64::abs).t()) * scale.abs();
-            for i in 0..shape.q_len {
-                let band = visible_band(&shape, i, options.causal, features.window);
-                let mut largest = 0.0f64;
-                for j in band.start.max(keys.start)..band.end.min(keys.end) {
-                    let bias = features.score(0.0, 0.0, &shape, h, i, j).abs();
-                    largest = largest.max(terms[[i, j]] + bias);
-                }
-                logit_terms[[b, h, i]] = largest;
-            }
+            logit_terms.slice_mut(s![b, h, ..]).assign(&call.logit_terms(&q, &k, h, &keys));
         }
     }
     let (head_dim, kv_len) = (shape.head_dim, shape.kv_len);
     Ok(Expected { output, value_terms, visible_values, logit_terms, head_dim, kv_len })
+}
+
+/// [`attention_backward`] with the error model's terms ([`crate::oracle::ExpectedGradients`],
+/// as [`crate::oracle::expected_gradients`] gives them for plain attention): the recomputed
+/// weights' relative error grows with each row's logit terms (ALiBi's bias included), and
+/// dropout's factors `Z / (1 - p)` scale the weights in `dV` and `dP` as they do in the exact
+/// gradients. The softcap's slope, at most 1, only shrinks the terms it multiplies, so they
+/// are left at their size without it; its rounding is an absolute error of a few units in
+/// each weight's `dS`, which the terms' margin covers.
+pub fn expected_gradients(
+    q: &Array4<f32>,
+    k: &Array4<f32>,
+    v: &Array4<f32>,
+    options: &AttentionOptions,
+    features: &Features,
+    d_o: &Array4<f32>,
+) -> Result<ExpectedGradients, AttentionError> {
+    let gradients = attention_backward(q, k, v, options, features, d_o)?;
+    let call = Call::checked(q, k, v, options, features)?;
+    let (shape, scale) = (call.shape, call.scale);
+    let zeros = || Gradients {
+        dq: Array4::zeros(q.dim()),
+        dk: Array4::zeros(k.dim()),
+        dv: Array4::zeros(v.dim()),
+    };
+    let (mut error_terms, mut visible_terms) = (zeros(), zeros());
+    let lengths = [shape.head_dim, shape.q_len, shape.kv_len].map(|n| (n as f64).sqrt());
+    let sum_lengths: f64 = lengths.iter().sum();
+    let dot_growth = lengths[0] + 2.0;
+    let all_keys = 0..shape.kv_len;
+    for b in 0..shape.batch {
+        for h in 0..shape.heads {
+            let (q, k, v) = (call.head(q, b, h), call.head(k, b, h), call.head(v, b, h));
+            let d_o = call.head(d_o, b, h);
+            let softmax = HeadSoftmax::of(&call, &q.dot(&k.t()), b, h, &all_keys);
+            let logit_terms = call.logit_terms(&q, &k, h, &all_keys);
+            // w_i, the relative error of row i's recomputed weights (0 for a row that sees none).
+            let w = ndarray::Zip::from(&logit_terms).and(&softmax.lse).map_collect(|&terms, &l| {
+                if l.is_finite() { dot_growth * terms + l.abs() + sum_lengths + 2.0 } else { 0.0 }
+            });
+            let p = &softmax.p;
+            let a = d_o.mapv(f64::abs).dot(&v.mapv(f64::abs).t()) * &softmax.factors; // A_ij
+            let a_plus_b = &a + &(p * &a).sum_axis(Axis(1)).insert_axis(Axis(1)); // A_ij + B_i
+            let (k_size, q_size, d_o_size) =
+                (k.mapv(f64::abs), q.mapv(f64::abs), d_o.mapv(f64::abs));
+            let size = scale.abs();
+            // Rounding: weights P_ij w_i, dS errors E_ij.
+            let weighted = p * &w.insert_axis(Axis(1));
+            let e = &weighted * &a_plus_b;
+            error_terms.dq.slice_mut(s![b, h, .., ..]).assign(&(e.dot(&k_size) * size));
+            error_terms.dk.slice_mut(s![b, h, .., ..]).assign(&(e.t().dot(&q_size) * size));
+            let kept = &weighted * &softmax.factors;
+            error_terms.dv.slice_mut(s![b, h, .., ..]).assign(&kept.t().dot(&d_o_size));
+            // Underflow: every visible weight off by an absolute 1.
+            let seen = softmax.scores.mapv(|x| if x == f64::NEG_INFINITY { 0.0 } else { 1.0 });
+            let e = &seen * &a_plus_b;
+            visible_terms.dq.slice_mut(s![b, h, .., ..]).assign(&(e.dot(&k_size) * size));
+            visible_terms.dk.slice_mut(s![b, h, .., ..]).assign(&(e.t().dot(&q_size) * size));
+            let kept = &seen * &softmax.factors;
+            visible_terms.dv.slice_mut(s![b, h, .., ..]).assign(&kept.t().dot(&d_o_size));
+        }
+    }
+    Ok(ExpectedGradients { gradients, error_terms, visible_terms })
 }
 
 #[cfg(test)]
@@ -1042,6 +1119,47 @@ mod tests {
         assert!(close(one_key, f64::from(p.v[[0, 0, 2, 1]].abs()), 1e-12));
         let outside = expected_partial(&p.q, &p.k, &p.v, &p.options, &features, 5..8);
         assert!(outside.unwrap_err().to_string().contains("within 0..7 (Nkv)"));
+    }
+
+    #[test]
+    fn expected_gradients_without_features_are_the_plain_oracles() {
+        for causal in [false, true] {
+            let p = Problem::random(&ProblemSpec::new(2, 2, 5, 7, 3).causal(causal), 11);
+            let d_o = Problem::random(&ProblemSpec::new(2, 2, 5, 5, 3), 12).q;
+            let plain = oracle::expected_gradients(&p.q, &p.k, &p.v, &p.options, &d_o).unwrap();
+            let none = Features::default();
+            let ours = expected_gradients(&p.q, &p.k, &p.v, &p.options, &none, &d_o).unwrap();
+            let pairs = [
+                (&plain.gradients.dq, &ours.gradients.dq),
+                (&plain.error_terms.dq, &ours.error_terms.dq),
+                (&plain.error_terms.dk, &ours.error_terms.dk),
+                (&plain.error_terms.dv, &ours.error_terms.dv),
+                (&plain.visible_terms.dq, &ours.visible_terms.dq),
+                (&plain.visible_terms.dv, &ours.visible_terms.dv),
+            ];
+            for (a, b) in pairs {
+                assert!(a.iter().zip(b).all(|(x, y)| close(*x, *y, 1e-12)), "causal {causal}");
+            }
+        }
+    }
+
+    #[test]
+    fn dropout_scales_the_gradient_terms_of_the_weights_it_keeps() {
+        // One key per row (window (0, 0)): a kept weight's dV term grows by 1 / (1 - p), a
+        // dropped one's is 0.
+        let p = Problem::random(&ProblemSpec::new(1, 1, 6, 6, 2), 13);
+        let d_o = Problem::random(&ProblemSpec::new(1, 1, 6, 6, 2), 14).q;
+        let window = Features::default().window(Some(0), Some(0));
+        let dropout = Dropout { p: 0.5, seed: 3 };
+        let with = window.clone().dropout(dropout.p, dropout.seed);
+        let base = expected_gradients(&p.q, &p.k, &p.v, &p.options, &window, &d_o).unwrap();
+        let dropped = expected_gradients(&p.q, &p.k, &p.v, &p.options, &with, &d_o).unwrap();
+        for j in 0..6 {
+            let factor = if dropout.keeps(0, 0, j, j) { 2.0 } else { 0.0 };
+            let (a, b) =
+                (base.visible_terms.dv[[0, 0, j, 0]], dropped.visible_terms.dv[[0, 0, j, 0]]);
+            assert!(close(b, factor * a, 1e-12), "key {j}: {b} against {factor} x {a}");
+        }
     }
 
     #[test]

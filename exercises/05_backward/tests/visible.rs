@@ -1,9 +1,9 @@
 //! Small examples you can check by hand: `cargo test -p ex05 --test visible`.
 
-use ex05::backward;
+use ex05::{backward, backward_with_features};
 use lesson03::TileSizes;
 use ndarray::{Array3, Array4};
-use reference::AttentionOptions;
+use reference::{AttentionOptions, Features};
 
 #[test]
 fn one_key_sends_all_of_do_to_its_value() {
@@ -40,4 +40,23 @@ fn a_do_of_the_wrong_shape_is_an_error() {
         backward(&x, &x, &x, &AttentionOptions::new(), &forward, &wrong, TileSizes::default())
             .is_err()
     );
+}
+
+// The main task.
+
+#[test]
+fn one_key_dropped_gets_no_gradient() {
+    // One query, one key, dropout with p = 0.5 and seed 2, whose mask drops that weight
+    // (`Dropout::keeps(0, 0, 0, 0)` is false for this seed): O = 0, and no gradient reaches V.
+    let features = Features::default().dropout(0.5, 2);
+    assert!(!features.dropout.unwrap().keeps(0, 0, 0, 0), "seed 2 drops weight (0, 0, 0, 0)");
+    let x = Array4::from_shape_vec((1, 1, 1, 2), vec![1.0, 2.0]).unwrap();
+    let forward = reference::AttentionOutput {
+        o: Array4::zeros((1, 1, 1, 2)),
+        lse: Array3::from_shape_vec((1, 1, 1), vec![5.0 / 2f32.sqrt()]).unwrap(),
+    };
+    let options = AttentionOptions::new();
+    let tiles = TileSizes::new(1, 1).unwrap();
+    let g = backward_with_features(&x, &x, &x, &options, &features, &forward, &x, tiles).unwrap();
+    assert_eq!(g.dv.as_slice().unwrap(), &[0.0, 0.0]);
 }

@@ -14,6 +14,12 @@ fn main() -> std::process::ExitCode {
             let tiles = TileSizes::new(query_rows, key_cols)?;
             ex05::backward(q, k, v, options, forward, d_o, tiles)
         }),
+        backward_with_features: Box::new(
+            |q, k, v, options, features, forward, d_o, query_rows, key_cols| {
+                let tiles = TileSizes::new(query_rows, key_cols)?;
+                ex05::backward_with_features(q, k, v, options, features, forward, d_o, tiles)
+            },
+        ),
     };
     grader::hidden::main(env!("CARGO_PKG_NAME"), checks(learner))
 }

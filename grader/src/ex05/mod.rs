@@ -1,13 +1,16 @@
-//! Exercise 05: the backward pass with recomputation from the logsumexp.
+//! Exercise 05: the backward pass with recomputation from the logsumexp (the warm-up), then
+//! the backward of a logit softcap and of dropout with its mask regenerated (the main task).
 
 pub mod mutants;
+mod solution;
 
 use std::rc::Rc;
 
 use ndarray::Array4;
 use proptest::prelude::*;
 use reference::{
-    AttentionError, AttentionOptions, AttentionOutput, Gradients, Problem, ProblemSpec, Tolerance,
+    AttentionError, AttentionOptions, AttentionOutput, Feature, Features, Gradients, Problem,
+    ProblemSpec, Tolerance, check_gradients, features,
 };
 use testkit::checks::{check_backward_against_oracle, oracle_forward_in_f32};
 use testkit::strategies::{Case, cases, tile_size};
@@ -37,6 +40,16 @@ pub const LARGE_LOGITS: &str = "gradients with large logits (inputs x100)";
 pub const MEMORY: &str = "working memory grows with N, never with N x N";
 /// Check name.
 pub const BAD_VALUES: &str = "NaN in dO or O, and an L that disagrees with the mask, are errors";
+/// Check name.
+pub const SOFTCAP_GRADIENTS: &str = "softcap: gradients on random problems, causal or not";
+/// Check name.
+pub const DROPOUT_GRADIENTS: &str =
+    "dropout: gradients with the mask regenerated from the seed, on random problems";
+/// Check name.
+pub const BOTH_GRADIENTS: &str = "softcap and dropout together, any tile sizes";
+/// Check name.
+pub const FEATURE_ERRORS: &str =
+    "bad features are errors: softcap, dropout probability, features not computed here";
 
 crate::adapter::exercise_trait! {
     /// What a solution of exercise 05 provides: the tiled backward pass with tiles `Br x Bc`.
@@ -48,6 +61,19 @@ crate::adapter::exercise_trait! {
         k: &Array4<f32>,
         v: &Array4<f32>,
         options: &AttentionOptions,
+        forward: &AttentionOutput<f32>,
+        d_o: &Array4<f32>,
+        query_rows: usize,
+        key_cols: usize,
+    ) -> Result<Gradients<f32>, AttentionError>;
+    /// The backward pass with a softcap and dropout (the main task).
+    #[allow(clippy::too_many_arguments)]
+    fn backward_with_features(
+        q: &Array4<f32>,
+        k: &Array4<f32>,
+        v: &Array4<f32>,
+        options: &AttentionOptions,
+        features: &Features,
         forward: &AttentionOutput<f32>,
         d_o: &Array4<f32>,
         query_rows: usize,
@@ -208,7 +234,7 @@ pub fn checks(solution: impl Exercise05 + 'static) -> Vec<Check> {
             Ok(())
         },
     ));
-    let x = s;
+    let x = s.clone();
     checks.push(Check::new(
         BAD_SHAPES,
         "Check dO and O against Q's shape and L against [B, H, Nq] (check_same_shape, \
@@ -239,15 +265,153 @@ pub fn checks(solution: impl Exercise05 + 'static) -> Vec<Check> {
             Ok(())
         },
     ));
+    checks.extend(feature_checks(s));
     checks
 }
 
-/// The lesson's implementation: the reference solution.
+/// The main task's checks.
+fn feature_checks(s: Rc<impl Exercise05 + 'static>) -> Vec<Check> {
+    let x = s.clone();
+    let softcap = Check::new(
+        SOFTCAP_GRADIENTS,
+        "Recompute P from the CAPPED scores, e^(c tanh(s / c) - L). Then the chain rule adds one \
+         factor: dS_ij = P_ij (dP_ij - D_i) (1 - tanh^2(s_ij / c)), with s_ij = scale q_i.k_j \
+         the score before the cap.",
+        move || {
+            let strategy = (cases(LIMITS), crate::features::softcap());
+            for_all(CASES, strategy, |(case, c)| {
+                check_features(&*x, &case, &Features::default().softcap(c), 7, 5)
+            })
+        },
+    );
+    let x = s.clone();
+    let dropout = Check::new(
+        DROPOUT_GRADIENTS,
+        "Regenerate the forward's mask: Z_ij = features.dropout.keeps(b, h, i, j), with the \
+         batch, head, row and key of the WHOLE problem (not of the tile). A kept weight counts \
+         1 / (1 - p) times, a dropped one 0, in dV = (P o Z / (1 - p))^T dO and in \
+         dP = (dO V^T) o Z / (1 - p). D_i = dO_i . O_i already holds the dropout.",
+        move || {
+            let strategy = (cases(LIMITS), dropout_p(), any::<u64>());
+            for_all(CASES, strategy, |(case, p, seed)| {
+                check_features(&*x, &case, &Features::default().dropout(p, seed), 7, 5)
+            })
+        },
+    );
+    let x = s.clone();
+    let both = Check::new(
+        BOTH_GRADIENTS,
+        "Each feature's factor goes where it belongs: the softcap's slope into dS, dropout's \
+         Z / (1 - p) into dV and dP; tiles of any size must see the same mask.",
+        move || {
+            let features = (crate::features::softcap(), dropout_p(), any::<u64>());
+            let tiles = (tile_size(LIMITS.seq), tile_size(LIMITS.seq));
+            for_all(CASES, (cases(LIMITS), features, tiles), |(case, (c, p, seed), (br, bc))| {
+                let features = Features::default().softcap(c).dropout(p, seed);
+                check_features(&*x, &case, &features, br, bc)
+            })
+        },
+    );
+    let x = s;
+    let errors = Check::new(
+        FEATURE_ERRORS,
+        "Call features.check_supported(&shape, &[Feature::Softcap, Feature::Dropout])? with the \
+         other checks: it refuses a softcap that is not a positive number, a dropout \
+         probability outside [0, 1), and the features this exercise does not compute.",
+        move || feature_errors(&*x),
+    );
+    vec![softcap, dropout, both, errors]
+}
+
+/// A dropout probability: the common 0.1, or anything up to 0.9.
+fn dropout_p() -> impl Strategy<Value = f32> {
+    prop_oneof![Just(0.1f32), 0.0f32..0.9]
+}
+
+/// The forward pass of `features` on the case's problem, from the f64 oracle rounded to f32,
+/// as the backward's input.
+fn forward_with(
+    case: &Case,
+    features: &Features,
+) -> Result<(Problem, AttentionOutput<f32>), String> {
+    let p = case.problem();
+    let out =
+        features::attention(&p.q, &p.k, &p.v, &p.options, features).map_err(|e| e.to_string())?;
+    let forward = AttentionOutput { o: out.o.mapv(|x| x as f32), lse: out.lse.mapv(|x| x as f32) };
+    Ok((p, forward))
+}
+
+fn check_features(
+    x: &dyn Exercise05,
+    case: &Case,
+    features: &Features,
+    br: usize,
+    bc: usize,
+) -> Result<(), String> {
+    let (p, forward) = forward_with(case, features)?;
+    let d_o = testkit::checks::random_d_o(case);
+    let expected = features::expected_gradients(&p.q, &p.k, &p.v, &p.options, features, &d_o)
+        .map_err(|e| e.to_string())?;
+    let actual = x
+        .backward_with_features(&p.q, &p.k, &p.v, &p.options, features, &forward, &d_o, br, bc)
+        .map_err(|e| format!("returned an error: {e}"))?;
+    check_gradients(&actual, &expected, Tolerance::F32)
+        .map(|_| ())
+        .map_err(|e| format!("{features:?}, tiles Br = {br}, Bc = {bc}: {e}"))
+}
+
+fn feature_errors(x: &dyn Exercise05) -> Result<(), String> {
+    let case = Case { spec: ProblemSpec::new(1, 2, 3, 4, 2), seed: 3 };
+    let (p, forward) = forward_with(&case, &Features::default())?;
+    let d_o = testkit::checks::random_d_o(&case);
+    let refuses = |features: Features, feature: &str| -> Result<(), String> {
+        match x
+            .backward_with_features(&p.q, &p.k, &p.v, &p.options, &features, &forward, &d_o, 2, 2)
+        {
+            Err(AttentionError::InvalidFeature { feature: f, .. }) if f == feature => Ok(()),
+            Err(other) => Err(format!(
+                "{features:?} gave the error \"{other}\", expected one about the {feature}"
+            )),
+            Ok(_) => Err(format!(
+                "{features:?} returned gradients, expected an error about the {feature}"
+            )),
+        }
+    };
+    for c in [0.0, -2.0, f32::NAN] {
+        refuses(Features::default().softcap(c), Feature::Softcap.name())?;
+    }
+    for dropout in [1.0, -0.5, f32::NAN] {
+        refuses(Features::default().dropout(dropout, 1), Feature::Dropout.name())?;
+    }
+    refuses(Features::default().window(Some(1), Some(1)), Feature::Window.name())?;
+    refuses(Features::default().alibi(vec![0.5, 0.25]), Feature::Alibi.name())?;
+    // The warm-up's checks of dO, O and L still come first.
+    let wrong_d_o = Array4::<f32>::zeros((1, 2, 3, 5));
+    let softcap = Features::default().softcap(5.0);
+    match x
+        .backward_with_features(&p.q, &p.k, &p.v, &p.options, &softcap, &forward, &wrong_d_o, 2, 2)
+    {
+        Err(AttentionError::ShapeMismatch { tensor: "dO", .. }) => Ok(()),
+        other => Err(format!(
+            "dO of head dim 5 against Q's 2 gave {:?}, expected a ShapeMismatch naming dO",
+            other.err()
+        )),
+    }
+}
+
+/// The reference solutions: the lesson's backward for the warm-up, and the main task's, which
+/// lives in the grader (the book explains the idea without printing it).
 pub fn lesson() -> Functions {
     Functions {
         backward: Box::new(|q, k, v, options, forward, d_o, query_rows, key_cols| {
             let tiles = lesson03::TileSizes::new(query_rows, key_cols)?;
             lesson05::backward(q, k, v, options, forward, d_o, tiles)
         }),
+        backward_with_features: Box::new(
+            |q, k, v, options, features, forward, d_o, query_rows, key_cols| {
+                let tiles = lesson03::TileSizes::new(query_rows, key_cols)?;
+                solution::backward_with_features(q, k, v, options, features, forward, d_o, tiles)
+            },
+        ),
     }
 }

@@ -2,10 +2,13 @@
 //! [`crate::mutants`]).
 
 use ndarray::{Array1, Array2, Array4, s};
-use reference::{AttentionError, AttentionOptions, AttentionOutput, CheckedInputs, check_inputs};
+use reference::{
+    AttentionError, AttentionOptions, AttentionOutput, CheckedInputs, Feature, Features,
+    check_inputs,
+};
 
 use crate::ex05;
-use crate::mutants::{Planted, planted_bugs};
+use crate::mutants::{Planted, planted_bugs, rows};
 
 planted_bugs! {
     /// Classic mistakes in the backward pass (exercise 05).
@@ -26,6 +29,18 @@ planted_bugs! {
         WholeProbabilityMatrix => ex05::MEMORY,
         /// `L` not checked against the mask: an `L` of `-inf` everywhere gives zero gradients.
         LogsumexpNotChecked => ex05::BAD_VALUES,
+        /// The softcap's slope `1 - tanh²(s / c)` left out of `dS`.
+        SoftcapSlopeMissing => ex05::SOFTCAP_GRADIENTS,
+        /// The slope taken at the capped score, `1 - tanh²(c tanh(s / c) / c)`.
+        SoftcapSlopeOfCappedScore => ex05::SOFTCAP_GRADIENTS,
+        /// The dropout mask drawn with row and key swapped: not the forward's mask.
+        DropoutMaskNotRegenerated => ex05::DROPOUT_GRADIENTS,
+        /// Dropout applied to `dV` but not to `dP`.
+        DropoutOnlyInDv => ex05::DROPOUT_GRADIENTS,
+        /// Kept weights not divided by `1 - p`.
+        DropoutNotRescaled => ex05::DROPOUT_GRADIENTS,
+        /// The features not checked: a window is silently left out.
+        FeaturesNotChecked => ex05::FEATURE_ERRORS,
     }
 }
 
@@ -119,6 +134,81 @@ impl crate::ex05::Exercise05 for Planted<BackwardBug> {
                 }
                 grads.dk.slice_mut(s![b, h, keys.clone(), ..]).assign(&dk_j);
                 grads.dv.slice_mut(s![b, h, keys, ..]).assign(&dv_j);
+            }
+        }
+        Ok(grads)
+    }
+
+    fn backward_with_features(
+        &self,
+        q: &Array4<f32>,
+        k: &Array4<f32>,
+        v: &Array4<f32>,
+        options: &AttentionOptions,
+        features: &Features,
+        forward: &AttentionOutput<f32>,
+        d_o: &Array4<f32>,
+        query_rows: usize,
+        key_cols: usize,
+    ) -> Result<reference::Gradients<f32>, AttentionError> {
+        let CheckedInputs { shape, scale, .. } = check_inputs(q, k, v, options)?;
+        reference::check_same_shape("dO", d_o, "Q", q)?;
+        reference::check_same_shape("O", &forward.o, "Q", q)?;
+        reference::check_lse_shape(&forward.lse, q)?;
+        reference::check_finite("dO", d_o)?;
+        reference::check_finite("O", &forward.o)?;
+        reference::check_logsumexp(&forward.lse, &shape, options.causal)?;
+        if !self.has(BackwardBug::FeaturesNotChecked) {
+            features.check_supported(&shape, &[Feature::Softcap, Feature::Dropout])?;
+        }
+        lesson03::TileSizes::new(query_rows, key_cols)?;
+        // Row by row and key by key: the bugs are in the factors.
+        let mut grads = reference::Gradients {
+            dq: Array4::zeros(q.dim()),
+            dk: Array4::zeros(k.dim()),
+            dv: Array4::zeros(v.dim()),
+        };
+        for (b, h, i) in rows(&shape) {
+            let l = forward.lse[[b, h, i]];
+            if l == f32::NEG_INFINITY {
+                continue;
+            }
+            let (q_i, d_o_i) = (q.slice(s![b, h, i, ..]), d_o.slice(s![b, h, i, ..]));
+            let d_i = d_o_i.dot(&forward.o.slice(s![b, h, i, ..]));
+            for j in 0..shape.visible_keys(i, options.causal) {
+                let (k_j, v_j) = (k.slice(s![b, h, j, ..]), v.slice(s![b, h, j, ..]));
+                let score = scale * q_i.dot(&k_j);
+                let capped = features.softcap.map_or(score, |c| c * (score / c).tanh());
+                let p = (capped - l).exp();
+                let slope = match features.softcap {
+                    None => 1.0,
+                    Some(_) if self.has(BackwardBug::SoftcapSlopeMissing) => 1.0,
+                    Some(c) if self.has(BackwardBug::SoftcapSlopeOfCappedScore) => {
+                        1.0 - (capped / c).tanh().powi(2)
+                    }
+                    Some(c) => 1.0 - (score / c).tanh().powi(2),
+                };
+                let factor = match features.dropout {
+                    None => 1.0,
+                    Some(d) => {
+                        let (row, key) = if self.has(BackwardBug::DropoutMaskNotRegenerated) {
+                            (j, i)
+                        } else {
+                            (i, j)
+                        };
+                        let keep = if self.has(BackwardBug::DropoutNotRescaled) {
+                            1.0
+                        } else {
+                            d.keep_scale() as f32
+                        };
+                        if d.keeps(b, h, row, key) { keep } else { 0.0 }
+                    }
+                };
+                let dp_factor = if self.has(BackwardBug::DropoutOnlyInDv) { 1.0 } else { factor };
+                grads.dv.slice_mut(s![b, h, j, ..]).scaled_add(p * factor, &d_o_i);
+                let d_s = p * (d_o_i.dot(&v_j) * dp_factor - d_i) * slope;
+                grads.dq.slice_mut(s![b, h, i, ..]).scaled_add(scale * d_s, &k_j);
+                grads.dk.slice_mut(s![b, h, j, ..]).scaled_add(scale * d_s, &q_i);
             }
         }
         Ok(grads)

@@ -1,8 +1,11 @@
-//! # Exercise 07: a fast CPU FlashAttention
+//! # Exercise 07: a fast CPU FlashAttention, then split keys for decoding
 //!
-//! Two pieces of lesson 07: an exponential the compiler can vectorise, and the tiled forward
-//! run on every core, in base 2. The task, the contract and hints are in this folder's
-//! README.md; the book's chapter 7 explains the ideas.
+//! Warm-up: two pieces of lesson 07: an exponential the compiler can vectorise, and the tiled
+//! forward run on every core, in base 2.
+//! Main task: parallelism for decoding, where one query row meets thousands of keys: the keys
+//! split into chunks computed on different cores and merged (flash-decoding on the CPU). The
+//! tasks, the contract and hints are in this folder's README.md; the book's chapter 7 explains
+//! the ideas.
 //!
 //! Check your work with `cargo test -p ex07 --test visible` and `cargo grade ex07`.
 
@@ -44,4 +47,23 @@ pub fn attention(
     //         its query tile, with exp2 and base-2 statistics, and writes O = acc / l and
     //         L = ln(2) * (m + log2 l) into its views.
     todo!("exercise 07: parallel forward")
+}
+
+/// Main task: attention with each head's keys cut into `splits` consecutive chunks, every
+/// (batch, head, chunk) computed as its own rayon task, each giving every query row a partial
+/// `(O, L)` over the chunk's keys; the partials merged into the result over all keys. The bits
+/// must not depend on the number of threads. `splits` must be at least 1; more splits than
+/// keys leaves some chunks empty. Shapes as in `attention`.
+pub fn attention_split_keys(
+    q: &Array4<f32>,
+    k: &Array4<f32>,
+    v: &Array4<f32>,
+    options: &AttentionOptions,
+    splits: usize,
+) -> Result<AttentionOutput<f32>, AttentionError> {
+    // TODO 1: validate (check_inputs), and refuse zero splits with
+    //         AttentionError::InvalidTileSize { which: "key splits", value: 0 }.
+    // TODO 2: the chunks' partial results, in parallel.
+    // TODO 3: each head's partials merged, in an order that does not depend on the threads.
+    todo!("exercise 07, main task: split keys")
 }

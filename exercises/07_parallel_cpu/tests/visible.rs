@@ -1,6 +1,6 @@
 //! Small examples you can check by hand: `cargo test -p ex07 --test visible`.
 
-use ex07::{attention, exp2};
+use ex07::{attention, attention_split_keys, exp2};
 use lesson03::TileSizes;
 use ndarray::Array4;
 use reference::AttentionOptions;
@@ -25,5 +25,21 @@ fn equal_scores_average_the_values_on_every_tiling() {
             (out.o[[0, 0, 4, 0]] - 1.5).abs() < 1e-6 && (out.o[[0, 1, 0, 2]] - 11.5).abs() < 1e-5
         );
         assert!((out.lse[[0, 1, 3]] - 4f32.ln()).abs() < 1e-6);
+    }
+}
+
+// The main task.
+
+#[test]
+fn two_keys_in_two_chunks_merge_into_their_weights() {
+    // One query, two keys scoring 0 and ln 3 (scale 1): weights 1/4 and 3/4, whether the two
+    // keys share a chunk or not.
+    let q = Array4::from_shape_vec((1, 1, 1, 1), vec![1.0]).unwrap();
+    let k = Array4::from_shape_vec((1, 1, 2, 1), vec![0.0, 3f32.ln()]).unwrap();
+    let v = Array4::from_shape_vec((1, 1, 2, 1), vec![4.0, 8.0]).unwrap();
+    let options = AttentionOptions::new().with_scale(1.0);
+    for splits in [1, 2, 3] {
+        let out = attention_split_keys(&q, &k, &v, &options, splits).unwrap();
+        assert!((out.o[[0, 0, 0, 0]] - 7.0).abs() < 1e-5, "{splits} splits"); // 4/4 + 8 * 3/4
     }
 }

@@ -10,6 +10,7 @@ fn main() -> std::process::ExitCode {
         attention: Box::new(|q, k, v, options, query_rows, key_cols| {
             ex07::attention(q, k, v, options, TileSizes::new(query_rows, key_cols)?)
         }),
+        attention_split_keys: Box::new(ex07::attention_split_keys),
     };
     grader::hidden::main(env!("CARGO_PKG_NAME"), checks(learner))
 }

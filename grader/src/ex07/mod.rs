@@ -1,15 +1,18 @@
-//! Exercise 07: the fast exp2 and the parallel forward in base 2.
+//! Exercise 07: the fast exp2 and the parallel forward in base 2 (the warm-up), then split-key
+//! parallelism for decoding, where a few query rows face many keys (the main task).
 
 pub mod mutants;
+mod solution;
 
 use std::rc::Rc;
 use std::sync::Arc;
 
 use ndarray::Array4;
+use proptest::prelude::*;
 
 use reference::{AttentionError, AttentionOptions, AttentionOutput, Tolerance};
 use testkit::checks::{check_against_oracle, run};
-use testkit::strategies::{ShapeLimits, cases, tile_size};
+use testkit::strategies::{Case, ShapeLimits, cases, tile_size};
 
 use crate::check::{Check, for_all};
 use crate::forward::{CASES, Contract, LIMITS, forward_checks};
@@ -26,6 +29,16 @@ pub const ANY_TILES: &str = "any tile sizes: 1, sizes that do not divide N, size
 pub const THREADS: &str = "one thread or four: the same bits";
 /// Check name.
 pub const BASE_TWO: &str = "base 2: two keys weighted 1/4 and 3/4, L back in natural log";
+/// Check name.
+pub const SPLIT_DECODE: &str =
+    "split keys: a few query rows against many keys, any number of splits";
+/// Check name.
+pub const SPLIT_CAUSAL: &str =
+    "split keys with the causal mask: Nq < Nkv, chunks past a row's last key";
+/// Check name.
+pub const SPLIT_THREADS: &str = "split keys: one thread or four, the same bits";
+/// Check name.
+pub const SPLIT_ERRORS: &str = "zero splits is an error; more splits than keys is not";
 
 crate::adapter::exercise_trait! {
     /// What a solution of exercise 07 provides.
@@ -40,6 +53,15 @@ crate::adapter::exercise_trait! {
         options: &AttentionOptions,
         query_rows: usize,
         key_cols: usize,
+    ) -> Result<AttentionOutput<f32>, AttentionError>;
+    /// Attention with each head's keys cut into `splits` chunks computed in parallel and
+    /// merged (the main task).
+    fn attention_split_keys(
+        q: &Array4<f32>,
+        k: &Array4<f32>,
+        v: &Array4<f32>,
+        options: &AttentionOptions,
+        splits: usize,
     ) -> Result<AttentionOutput<f32>, AttentionError>;
 }
 
@@ -135,7 +157,7 @@ pub fn checks(solution: impl Exercise07 + Send + Sync + 'static) -> Vec<Check> {
             )
         },
     ));
-    let x = s;
+    let x = s.clone();
     checks.push(Check::new(
         THREADS,
         "Give every (batch, head, query tile) its own task that computes its rows alone, in a fixed \
@@ -151,15 +173,129 @@ pub fn checks(solution: impl Exercise07 + Send + Sync + 'static) -> Vec<Check> {
             })
         },
     ));
+    checks.extend(split_checks(s));
     checks
 }
 
-/// The lesson's implementation: the reference solution.
+/// Decoding-shaped problems: 1 to 4 query rows, up to 2000 keys, any head dim up to 64.
+fn decode_cases() -> impl Strategy<Value = Case> {
+    let limits = ShapeLimits { seq: 2000, head_dim: 64, ..LIMITS };
+    (cases(limits), 1..=4usize).prop_map(|(mut c, q_len)| {
+        c.spec.q_len = q_len;
+        c
+    })
+}
+
+/// A number of splits: 1, a few, or as many as a large machine has cores (often more than
+/// the keys of the short problems). Not thousands: each merge step rounds, and a chain of
+/// thousands of merges in the log domain (`L = ln(e^L + e^L_s)` one part at a time) drifts
+/// by about `u |L|` per step, beyond the error model's bound for `L`, though each step is
+/// right; flash-decoding uses tens of splits.
+fn splits() -> impl Strategy<Value = usize> {
+    prop_oneof![1 => Just(1usize), 3 => 2..=8usize, 2 => 9..=64usize]
+}
+
+/// The main task's checks.
+fn split_checks(s: Arc<impl Exercise07 + Send + Sync + 'static>) -> Vec<Check> {
+    let x = s.clone();
+    let decode = Check::new(
+        SPLIT_DECODE,
+        "Each chunk gives every row a partial (O, L) over its keys; merge them with the weights \
+         e^(L_s - L), L = ln sum e^(L_s) (exercise 02's merge). Chunks must cover every key \
+         exactly once: the last may be shorter, and with more splits than keys some are empty.",
+        move || {
+            let unmasked = decode_cases().prop_map(|mut c| {
+                c.spec = c.spec.causal(false);
+                c
+            });
+            for_all(CASES, (unmasked, splits()), |(case, splits)| {
+                let split = |q: &_, k: &_, v: &_, o: &_| x.attention_split_keys(q, k, v, o, splits);
+                check_against_oracle(&split, &case, Tolerance::F32)
+                    .map_err(|e| format!("{splits} splits: {e}"))
+            })
+        },
+    );
+    let x = s.clone();
+    let causal = Check::new(
+        SPLIT_CAUSAL,
+        "Key j keeps its index in the whole problem: row i sees it iff j <= i + Nkv - Nq, whatever \
+         chunk it is in. A chunk that lies wholly past a row's last visible key gives that row \
+         L = -inf and weighs nothing in the merge.",
+        move || {
+            let causal_decode = decode_cases().prop_map(|mut c| {
+                c.spec = c.spec.causal(true);
+                c
+            });
+            for_all(CASES, (causal_decode, splits()), |(case, splits)| {
+                let split = |q: &_, k: &_, v: &_, o: &_| x.attention_split_keys(q, k, v, o, splits);
+                check_against_oracle(&split, &case, Tolerance::F32)
+                    .map_err(|e| format!("{splits} splits: {e}"))
+            })
+        },
+    );
+    let x = s.clone();
+    let threads = Check::new(
+        SPLIT_THREADS,
+        "Compute the chunks in parallel, but merge their results in chunk order, not in the \
+         order the threads finish: f32 addition is not associative, so the order shows in the \
+         bits.",
+        move || {
+            for_all(16, (decode_cases(), 2..=16usize), |(case, splits)| {
+                let p = case.problem();
+                let split = |q: &_, k: &_, v: &_, o: &_| x.attention_split_keys(q, k, v, o, splits);
+                let pool = |n| {
+                    rayon::ThreadPoolBuilder::new()
+                        .num_threads(n)
+                        .build()
+                        .map_err(|e| e.to_string())
+                };
+                let one = pool(1)?.install(|| run(&split, &p)).map_err(|e| e.to_string())?;
+                let four = pool(4)?.install(|| run(&split, &p)).map_err(|e| e.to_string())?;
+                if one == four {
+                    Ok(())
+                } else {
+                    Err(format!("{splits} splits: the output differs between 1 and 4 threads"))
+                }
+            })
+        },
+    );
+    let x = s;
+    let errors = Check::new(
+        SPLIT_ERRORS,
+        "Return AttentionError::InvalidTileSize { which: \"key splits\", value: 0 } for zero \
+         splits (after check_inputs); more splits than keys only makes some chunks empty.",
+        move || {
+            let p = Case { spec: reference::ProblemSpec::new(1, 2, 1, 3, 4), seed: 5 }.problem();
+            match x.attention_split_keys(&p.q, &p.k, &p.v, &p.options, 0) {
+                Err(AttentionError::InvalidTileSize { value: 0, .. }) => {}
+                Err(e) => return Err(format!("0 splits: expected InvalidTileSize, got `{e}`")),
+                Ok(_) => return Err("0 splits: expected InvalidTileSize, got a result".into()),
+            }
+            let many = |q: &_, k: &_, v: &_, o: &_| x.attention_split_keys(q, k, v, o, 10);
+            let case = Case { spec: reference::ProblemSpec::new(1, 2, 1, 3, 4), seed: 5 };
+            check_against_oracle(&many, &case, Tolerance::F32)
+                .map_err(|e| format!("10 splits of 3 keys: {e}"))?;
+            let short_k = Array4::zeros((1, 2, 3, 5));
+            match x.attention_split_keys(&p.q, &short_k, &p.v, &p.options, 2) {
+                Err(AttentionError::ShapeMismatch { .. }) => Ok(()),
+                other => Err(format!(
+                    "K of head dim 5 against Q's 4 gave {:?}, expected a ShapeMismatch",
+                    other.err()
+                )),
+            }
+        },
+    );
+    vec![decode, causal, threads, errors]
+}
+
+/// The reference solutions: the lesson's functions for the warm-up, and the main task's, which
+/// lives in the grader (the book explains the idea without printing it).
 pub fn lesson() -> Functions {
     Functions {
         exp2: Box::new(lesson07::exp2::exp2),
         attention: Box::new(|q, k, v, options, query_rows, key_cols| {
             lesson07::attention(q, k, v, options, lesson03::TileSizes::new(query_rows, key_cols)?)
         }),
+        attention_split_keys: Box::new(solution::attention_split_keys),
     }
 }

@@ -1,9 +1,11 @@
-//! # Exercise 04: causal tiles and FlashAttention-1's loop order
+//! # Exercise 04: causal tiles and FlashAttention-1's loop order, then a window's IO
 //!
-//! Two pieces: decide what the causal mask does to a tile pair, and write FlashAttention-1
+//! Warm-up: decide what the causal mask does to a tile pair, and write FlashAttention-1
 //! (outer loop over K/V tiles, inner loop over Q tiles) on the two-level memory of lesson 04,
-//! which counts every byte you move. The task, the contract and hints are in this folder's
-//! README.md; the book's chapter 4 explains the ideas.
+//! which counts every byte you move.
+//! Main task: count, without running anything, the bytes FlashAttention-2 moves with a
+//! sliding window. The tasks, the contract and hints are in this folder's README.md; the
+//! book's chapter 4 explains the ideas.
 //!
 //! Check your work with `cargo test -p ex04 --test visible` and `cargo grade ex04`.
 
@@ -13,11 +15,12 @@
 use std::ops::Range;
 
 use lesson03::{TileKind, TileSizes, mask_future_keys};
-use lesson04::{Run, TileCounts, TwoLevelMemory, tile_ranges, working_set_bytes};
+use lesson04::{Run, TileCounts, Traffic, TwoLevelMemory, tile_ranges, working_set_bytes};
 use ndarray::linalg::general_mat_mul;
 use ndarray::{Array1, Array2, Array3, Array4, s};
 use reference::{
-    AttentionError, AttentionOptions, AttentionOutput, AttentionShape, CheckedInputs, check_inputs,
+    AttentionError, AttentionOptions, AttentionOutput, AttentionShape, CheckedInputs, Window,
+    check_inputs,
 };
 
 /// What the causal mask does to the tile pair `query_rows x keys`: `Full` (every row sees
@@ -55,4 +58,25 @@ pub fn attention(
     // TODO 4: per Q tile, load m and l and store L = m + ln(l) (-inf where l = 0).
     // Move slow-memory data only with mem.load and mem.store, so that every byte is counted.
     todo!("exercise 04: FlashAttention-1")
+}
+
+/// Main task: the bytes FlashAttention-2 (outer loop over query tiles, chapter 3's order)
+/// reads and writes with a sliding window `window` (and the causal mask if `causal`), tiles
+/// `Br x Bc` clamped to the problem as `tiles.fitted_to(shape)` does, 4-byte numbers:
+///
+/// * per query tile: its rows of `Q` read once, its rows of `O` and `L` written once (even if
+///   no row of it sees a key);
+/// * per (query tile, key tile) pair in which some row sees some key: that key tile's `K` and
+///   `V` read; other pairs are never loaded.
+///
+/// For every batch and head of `shape`. Counted from the shape alone: run nothing.
+pub fn window_traffic(
+    shape: &AttentionShape,
+    causal: bool,
+    window: Window,
+    tiles: TileSizes,
+) -> Traffic {
+    // TODO 1: which keys does a row see? Which key tiles does a query tile load?
+    // TODO 2: add up the bytes per query tile, then for every batch and head.
+    todo!("exercise 04, main task: a window's IO")
 }

@@ -1,9 +1,9 @@
 //! Small examples you can check by hand: `cargo test -p ex04 --test visible`.
 
-use ex04::{attention, classify_tile};
+use ex04::{attention, classify_tile, window_traffic};
 use lesson03::{TileKind, TileSizes};
 use ndarray::{Array4, array};
-use reference::{AttentionOptions, AttentionShape};
+use reference::{AttentionOptions, AttentionShape, Window};
 
 #[test]
 fn tiles_of_a_square_causal_problem() {
@@ -25,4 +25,18 @@ fn one_query_one_key_moves_exactly_what_the_formula_says() {
             .unwrap();
     assert_eq!(run.output.o, x);
     assert_eq!((run.traffic.bytes_read, run.traffic.bytes_written), (48, 20));
+}
+
+// The main task.
+
+#[test]
+fn a_diagonal_window_loads_one_key_tile_per_query_tile() {
+    // Nq = Nkv = 4, D = 1, tiles of 2, window (0, 0): rows 0 and 1 see keys 0 and 1 only, rows
+    // 2 and 3 keys 2 and 3. Read: Q (4 numbers), then K and V of one 2-key tile per query tile
+    // (2 x 2 x 2 = 8); written: O (4) and L (4). 4 bytes each.
+    let shape = AttentionShape { batch: 1, heads: 1, q_len: 4, kv_len: 4, head_dim: 1 };
+    let window = Window::new(Some(0), Some(0));
+    let traffic = window_traffic(&shape, false, window, TileSizes::new(2, 2).unwrap());
+    assert_eq!(traffic.bytes_read, 4 * (4 + 8));
+    assert_eq!(traffic.bytes_written, 4 * (4 + 4));
 }

@@ -2,15 +2,16 @@
 //! two-level memory.
 
 pub mod mutants;
+mod solution;
 
 use std::ops::Range;
 use std::rc::Rc;
 
 use lesson03::{TileKind, TileSizes};
-use lesson04::Run;
+use lesson04::{Run, Traffic};
 use ndarray::Array4;
 use proptest::prelude::*;
-use reference::{AttentionError, AttentionOptions, AttentionShape, Problem, ProblemSpec};
+use reference::{AttentionError, AttentionOptions, AttentionShape, Problem, ProblemSpec, Window};
 
 use crate::check::{Check, for_all};
 use crate::forward::{Contract, forward_checks};
@@ -47,7 +48,22 @@ crate::adapter::exercise_trait! {
         key_cols: usize,
         fast_bytes: usize,
     ) -> Result<Run, AttentionError>;
+    /// The bytes FlashAttention-2 with a sliding window reads and writes (the main task).
+    fn window_traffic(
+        shape: &AttentionShape,
+        causal: bool,
+        window: Window,
+        query_rows: usize,
+        key_cols: usize,
+    ) -> Traffic;
 }
+
+/// Check name.
+pub const WINDOW_BY_HAND: &str =
+    "window IO by hand: 12 x 12, window (3, 1), 3 x 3 tiles, the book's picture";
+/// Check name.
+pub const WINDOW_TRAFFIC: &str =
+    "window IO: the bytes FlashAttention-2 moves, for random shapes, windows and tiles";
 
 /// Fast memory large enough for any tile the checks draw.
 const AMPLE: usize = 1 << 30;
@@ -163,7 +179,7 @@ pub fn checks(solution: impl Exercise04 + 'static) -> Vec<Check> {
             Ok(())
         },
     ));
-    let x = s;
+    let x = s.clone();
     checks.push(Check::new(
         TILES_DO_NOT_FIT,
         "Reserve the working set first: mem.reserve(working_set_bytes(tiles, d))?.",
@@ -181,10 +197,82 @@ pub fn checks(solution: impl Exercise04 + 'static) -> Vec<Check> {
             }
         },
     ));
+    checks.extend(window_checks(s));
     checks
 }
 
-/// The lesson's implementation: the reference solution.
+/// The main task's checks.
+fn window_checks(s: Rc<impl Exercise04 + 'static>) -> Vec<Check> {
+    let x = s.clone();
+    let by_hand = Check::new(
+        WINDOW_BY_HAND,
+        "Count per query tile: its Q rows read once, its O rows and L written once, and K and V \
+         read for every key tile that some row of the query tile sees (10 of the 16 here: the \
+         M and # tiles of chapter 3's picture). 4 bytes per number.",
+        move || {
+            let shape = AttentionShape { batch: 1, heads: 1, q_len: 12, kv_len: 12, head_dim: 2 };
+            let got = x.window_traffic(&shape, false, Window::new(Some(3), Some(1)), 3, 3);
+            // Read: Q 12 x 2, then K and V of 10 tiles of 3 x 2; written: O 12 x 2 and L 12.
+            let expected =
+                Traffic { bytes_read: 4 * (24 + 10 * 2 * 6), bytes_written: 4 * (24 + 12) };
+            if got == expected { Ok(()) } else { Err(format!("{got:?}, expected {expected:?}")) }
+        },
+    );
+    let x = s;
+    let traffic = Check::new(
+        WINDOW_TRAFFIC,
+        "The key tiles a query tile loads run from the one holding its first row's first visible \
+         key to the one holding its last row's last visible key; tail tiles are shorter, and a \
+         query tile that sees no key still reads Q and writes O and L.",
+        move || {
+            let side = prop_oneof![Just(None), (0..=45usize).prop_map(Some)];
+            let strategy = (io_sizes(), any::<bool>(), side.clone(), side);
+            for_all(256, strategy, |((b, h, nq, nkv, d, br, bc), causal, left, right)| {
+                let shape =
+                    AttentionShape { batch: b, heads: h, q_len: nq, kv_len: nkv, head_dim: d };
+                let window = Window::new(left, right);
+                let expected = measured_window_traffic(&shape, causal, window, br, bc)?;
+                let got = x.window_traffic(&shape, causal, window, br, bc);
+                if got == expected {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "{shape:?}, causal {causal}, {window:?}, tiles {br} x {bc}: {got:?}, expected {expected:?}"
+                    ))
+                }
+            })
+        },
+    );
+    vec![by_hand, traffic]
+}
+
+/// The bytes moved by FlashAttention-2 with a sliding window, run on random data on a
+/// `TwoLevelMemory` that counts them (its output checked against the oracle, so the count is
+/// that of a correct run).
+fn measured_window_traffic(
+    shape: &AttentionShape,
+    causal: bool,
+    window: Window,
+    br: usize,
+    bc: usize,
+) -> Result<Traffic, String> {
+    let spec =
+        ProblemSpec::new(shape.batch, shape.heads, shape.q_len, shape.kv_len, shape.head_dim)
+            .causal(causal);
+    let p = Problem::random(&spec, 5);
+    let (run, traffic) =
+        solution::flash2_window_on_memory(&p.q, &p.k, &p.v, &p.options, window, br, bc)
+            .map_err(|e| e.to_string())?;
+    let features = reference::Features::default().window(window.left, window.right);
+    let expected = reference::features::expected(&p.q, &p.k, &p.v, &p.options, &features)
+        .map_err(|e| e.to_string())?;
+    reference::check_output(&run, &expected, reference::Tolerance::F32)
+        .map_err(|e| format!("the grader's own windowed run is wrong ({e}): please report it"))?;
+    Ok(traffic)
+}
+
+/// The reference solutions: the lesson's functions for the warm-up, and the main task's, which
+/// lives in the grader (the book explains the idea without printing it).
 pub fn lesson() -> Functions {
     Functions {
         classify: Box::new(lesson03::classify_tile),
@@ -192,5 +280,6 @@ pub fn lesson() -> Functions {
             let tiles = TileSizes::new(query_rows, key_cols)?;
             lesson04::flash1::attention(q, k, v, options, tiles, fast_bytes)
         }),
+        window_traffic: Box::new(solution::window_traffic),
     }
 }

@@ -25,10 +25,65 @@ planted_bugs! {
         SkippedTilesLoaded => ex04::CAUSAL_TILES,
         /// Scores not multiplied by `1/sqrt(D)`.
         NoScale => forward::TWO_KEYS,
+        /// Window IO: every key tile counted, as if nothing were skipped.
+        WindowSkipsNothing => ex04::WINDOW_BY_HAND,
+        /// Window IO: `K` counted, `V` forgotten.
+        WindowKeysOnly => ex04::WINDOW_BY_HAND,
+        /// Window IO: `L`'s bytes not counted.
+        WindowLseNotCounted => ex04::WINDOW_BY_HAND,
+        /// Window IO: a tail key tile counted as a whole `Bc` keys.
+        WindowTailCountedWhole => ex04::WINDOW_TRAFFIC,
+        /// Window IO: the key tiles of the query tile's first row only.
+        WindowFirstRowOnly => ex04::WINDOW_TRAFFIC,
+        /// Window IO: a query tile that sees no key counted as moving nothing.
+        WindowEmptyQueryTileFree => ex04::WINDOW_TRAFFIC,
     }
 }
 
 impl crate::ex04::Exercise04 for Planted<Flash1Bug> {
+    fn window_traffic(
+        &self,
+        shape: &AttentionShape,
+        causal: bool,
+        window: reference::Window,
+        query_rows: usize,
+        key_cols: usize,
+    ) -> lesson04::Traffic {
+        use lesson04::tile_ranges;
+        use reference::features::visible_band;
+        let (br, bc, d) = (query_rows.min(shape.q_len), key_cols.min(shape.kv_len), shape.head_dim);
+        let (mut read, mut written) = (0, 0);
+        for rows in tile_ranges(shape.q_len, br) {
+            let last_row =
+                if self.has(Flash1Bug::WindowFirstRowOnly) { rows.start } else { rows.end - 1 };
+            let bands: Vec<_> = (rows.start..=last_row)
+                .map(|i| visible_band(shape, i, causal, window))
+                .filter(|b| !b.is_empty())
+                .collect();
+            if bands.is_empty() && self.has(Flash1Bug::WindowEmptyQueryTileFree) {
+                continue;
+            }
+            let first = bands.iter().map(|b| b.start).min().unwrap_or(0);
+            let end = bands.iter().map(|b| b.end).max().unwrap_or(0);
+            for keys in tile_ranges(shape.kv_len, bc) {
+                let seen = keys.start < end && first < keys.end;
+                if seen || self.has(Flash1Bug::WindowSkipsNothing) {
+                    let len =
+                        if self.has(Flash1Bug::WindowTailCountedWhole) { bc } else { keys.len() };
+                    let tensors = if self.has(Flash1Bug::WindowKeysOnly) { 1 } else { 2 };
+                    read += tensors * len * d;
+                }
+            }
+            read += rows.len() * d;
+            written += rows.len() * d;
+            if !self.has(Flash1Bug::WindowLseNotCounted) {
+                written += rows.len();
+            }
+        }
+        let heads = shape.batch * shape.heads * size_of::<f32>();
+        lesson04::Traffic { bytes_read: read * heads, bytes_written: written * heads }
+    }
+
     fn classify(
         &self,
         shape: &AttentionShape,

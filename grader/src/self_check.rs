@@ -157,9 +157,15 @@ fn gpu_reports() -> Vec<Report> {
             FLASH_BUGS
                 .iter()
                 .map(|b| {
-                    let checks = ex09::checks(ex09::Shader(b.plant(lesson09::SHADER)));
-                    (b.name.to_string(), b.caught_by, checks)
+                    let flash = b.plant(lesson09::SHADER);
+                    let shader = ex09::Shader { flash, window: ex09::window::solution() };
+                    (b.name.to_string(), b.caught_by, ex09::checks(shader))
                 })
+                .chain(ex09::window::WINDOW_BUGS.iter().map(|b| {
+                    let window = b.plant(&ex09::window::solution());
+                    let shader = ex09::Shader { flash: lesson09::SHADER.to_string(), window };
+                    (b.name.to_string(), b.caught_by, ex09::checks(shader))
+                }))
                 .collect(),
         ),
         report(

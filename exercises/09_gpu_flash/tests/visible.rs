@@ -1,7 +1,7 @@
 //! Small examples you can check by hand: `cargo test -p ex09 --test visible`. They run on your
 //! GPU, or on lavapipe (see the README).
 
-use ex09::{TileSizes, attention};
+use ex09::{TileSizes, Window, attention, attention_window};
 use ndarray::{Array4, array};
 use reference::AttentionOptions;
 
@@ -44,4 +44,20 @@ fn causal_rows_that_see_no_key() {
     let out = attention(&q, &k, &v, &AttentionOptions::causal(), tiles(2, 2)).unwrap();
     assert_eq!(out.o.iter().copied().collect::<Vec<_>>(), [0.0, 0.0, 0.0, 0.0, 2.0, 3.0]);
     assert_eq!(out.lse[[0, 0, 0]], f32::NEG_INFINITY);
+}
+
+// The main task.
+
+#[test]
+fn a_diagonal_window_sees_one_key_per_row() {
+    // Window (0, 0): row i sees only key i (Nq = Nkv), so O = V row by row, and each workgroup
+    // of 2 rows loads one tile of 2 keys.
+    let q = Array4::from_shape_fn((1, 1, 6, 2), |(_, _, i, d)| (i + d) as f32 * 0.5);
+    let k = Array4::from_shape_fn((1, 1, 6, 2), |(_, _, j, d)| (j * d) as f32 * 0.25);
+    let v = Array4::from_shape_fn((1, 1, 6, 2), |(_, _, j, d)| (10 * j + d) as f32);
+    let window = Window::new(Some(0), Some(0));
+    let (out, loaded) =
+        attention_window(&q, &k, &v, &AttentionOptions::new(), window, tiles(2, 2)).unwrap();
+    assert_eq!(out.o, v);
+    assert_eq!(loaded.into_raw_vec_and_offset().0, vec![1, 1, 1]);
 }

@@ -2,13 +2,18 @@
 
 use grader::ex09::Exercise09;
 
-/// The learner's kernel, seen through the exercise's adapter trait: `src/flash.wgsl`, run by
-/// lesson 09's host code as the exercise's `attention` runs it.
+/// The learner's kernels, seen through the exercise's adapter trait: `src/flash.wgsl` and
+/// `src/window.wgsl`, run by lesson 09's host code as the exercise's `attention` and
+/// `attention_window` run them.
 struct Learner;
 
 impl Exercise09 for Learner {
     fn source(&self) -> String {
         ex09::shader().to_string()
+    }
+
+    fn window_source(&self) -> String {
+        ex09::window_shader().to_string()
     }
 }
 

@@ -1,10 +1,12 @@
-//! Exercise 09: FlashAttention forward as a WGSL kernel.
+//! Exercise 09: FlashAttention forward as a WGSL kernel; the main task, the same kernel with a
+//! sliding window.
 
 pub mod mutants;
+pub mod window;
 
 use std::rc::Rc;
 
-use ndarray::Array4;
+use ndarray::{Array2, Array4};
 use proptest::prelude::*;
 use reference::ProblemSpec;
 use reference::{
@@ -34,11 +36,36 @@ pub const TILES_DO_NOT_MATTER: &str = "the output does not depend on the tile si
 /// Check name.
 pub const CAUSAL_SKIP: &str = "causal: tiles of keys no row of the workgroup sees are never loaded";
 
-/// What a solution of exercise 09 provides: its WGSL kernel, which lesson 09's host code runs
+/// What a solution of exercise 09 provides: its WGSL kernels, which lesson 09's host code runs
 /// with `query_rows` (Br) threads per workgroup and tiles of `key_cols` (Bc) keys.
 pub trait Exercise09 {
     /// The kernel's WGSL source.
     fn source(&self) -> String;
+
+    /// The windowed kernel's WGSL source (the main task).
+    fn window_source(&self) -> String;
+
+    /// FlashAttention with a sliding window and the windowed kernel on the shared GPU: the
+    /// output and the tiles of keys each workgroup loaded.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_window(
+        &self,
+        q: &Array4<f32>,
+        k: &Array4<f32>,
+        v: &Array4<f32>,
+        options: &AttentionOptions,
+        window: reference::features::Window,
+        query_rows: usize,
+        key_cols: usize,
+    ) -> Result<(AttentionOutput<f32>, Array2<u32>), AttentionError> {
+        let gpu = gpu::Gpu::shared()?;
+        let tiles = lesson09::TileSizes::new(query_rows, key_cols)?;
+        let source = self.window_source();
+        let (d, queue) = (&gpu.device, &gpu.queue);
+        lesson09::window::attention_with_window_shader(
+            d, queue, &source, q, k, v, options, window, tiles,
+        )
+    }
 
     /// FlashAttention with this kernel on the shared GPU.
     fn attention(
@@ -147,7 +174,7 @@ pub fn checks(solution: impl Exercise09 + 'static) -> Vec<Check> {
         let x = x.clone();
         Rc::new(move |q: &_, k: &_, v: &_, o: &_| x.attention(q, k, v, o, br, bc))
     })));
-    let x = s;
+    let x = s.clone();
     checks.push(Check::new(
         ANY_TILES,
         "Every thread must reach both barriers in every iteration: the loop bound must be the \
@@ -162,6 +189,7 @@ pub fn checks(solution: impl Exercise09 + 'static) -> Vec<Check> {
             })
         },
     ));
+    checks.extend(window::checks(s));
     checks
 }
 
@@ -190,17 +218,28 @@ fn check_tiles_loaded(source: &str, case: &Case, br: usize, bc: usize) -> Result
     Ok(())
 }
 
-/// FlashAttention with the WGSL source `shader`: the lesson itself (the reference solution)
-/// with [`lesson09::SHADER`], a mutant with a changed copy.
-pub struct Shader(pub String);
+/// FlashAttention with the WGSL sources `flash` and `window`: the reference solutions
+/// ([`lesson`]), or a mutant with a changed copy of one of them.
+pub struct Shader {
+    /// The kernel of the warm-up.
+    pub flash: String,
+    /// The windowed kernel of the main task.
+    pub window: String,
+}
 
 impl Exercise09 for Shader {
     fn source(&self) -> String {
-        self.0.clone()
+        self.flash.clone()
+    }
+
+    fn window_source(&self) -> String {
+        self.window.clone()
     }
 }
 
-/// The lesson's kernel: the reference solution.
+/// The reference solutions: the lesson's kernel for the warm-up, and for the main task the
+/// lesson's kernel with a window ([`window::solution`], which lives in the grader: the book
+/// explains the idea without printing it).
 pub fn lesson() -> Shader {
-    Shader(lesson09::SHADER.to_string())
+    Shader { flash: lesson09::SHADER.to_string(), window: window::solution() }
 }

@@ -26,6 +26,8 @@ use reference::{
 
 pub use lesson03::TileSizes;
 
+pub mod window;
+
 /// The WGSL source of the kernel.
 pub const SHADER: &str = include_str!("flash.wgsl");
 
@@ -158,6 +160,18 @@ impl FlashAttention {
         io: &AttentionBuffers,
         tiles_loaded: &wgpu::Buffer,
     ) -> Result<Dispatch, AttentionError> {
+        self.dispatch_with(device, io, tiles_loaded, &[])
+    }
+
+    /// [`dispatch`](Self::dispatch) with more buffers bound, `(binding, buffer)` (a windowed
+    /// kernel's window: see [`window`]).
+    pub fn dispatch_with(
+        &self,
+        device: &wgpu::Device,
+        io: &AttentionBuffers,
+        tiles_loaded: &wgpu::Buffer,
+        more: &[(u32, &wgpu::Buffer)],
+    ) -> Result<Dispatch, AttentionError> {
         let shape = &io.shape;
         if shape.head_dim != self.head_dim {
             return Err(GpuError::KernelMisuse(format!(
@@ -167,19 +181,17 @@ impl FlashAttention {
             ))
             .into());
         }
-        let bind_group = bind(
-            device,
-            &self.pipeline,
-            &[
-                (0, &io.params),
-                (1, &io.q),
-                (2, &io.k),
-                (3, &io.v),
-                (4, &io.o),
-                (5, &io.lse),
-                (6, tiles_loaded),
-            ],
-        )?;
+        let mut buffers = vec![
+            (0, &io.params),
+            (1, &io.q),
+            (2, &io.k),
+            (3, &io.v),
+            (4, &io.o),
+            (5, &io.lse),
+            (6, tiles_loaded),
+        ];
+        buffers.extend_from_slice(more);
+        let bind_group = bind(device, &self.pipeline, &buffers)?;
         check_loop_iterations(device, "flash_forward", loop_iterations(self.tiles, shape))?;
         let (query_tiles, slices) = self.grid(shape);
         Ok(Dispatch {

@@ -145,9 +145,15 @@ fn gpu_reports() -> Vec<Report> {
             NAIVE_BUGS
                 .iter()
                 .map(|b| {
-                    let checks = ex08::checks(ex08::Shader(b.plant(lesson08::SHADER)));
-                    (b.name.to_string(), b.caught_by, checks)
+                    let naive = b.plant(lesson08::SHADER);
+                    let shader = ex08::Shader { naive, dropout: ex08::dropout::solution() };
+                    (b.name.to_string(), b.caught_by, ex08::checks(shader))
                 })
+                .chain(ex08::dropout::DROPOUT_BUGS.iter().map(|b| {
+                    let dropout = b.plant(&ex08::dropout::solution());
+                    let shader = ex08::Shader { naive: lesson08::SHADER.to_string(), dropout };
+                    (b.name.to_string(), b.caught_by, ex08::checks(shader))
+                }))
                 .collect(),
         ),
         report(

@@ -1,7 +1,7 @@
 //! Small examples you can check by hand: `cargo test -p ex08 --test visible`. They run on your
 //! GPU, or on lavapipe (see the README).
 
-use ex08::attention;
+use ex08::{Dropout, attention, attention_dropout};
 use ndarray::{Array4, array};
 use reference::AttentionOptions;
 
@@ -36,4 +36,34 @@ fn causal_rows_that_see_no_key() {
     assert_eq!(out.o.iter().copied().collect::<Vec<_>>(), [0.0, 0.0, 0.0, 0.0, 2.0, 3.0]);
     assert_eq!(out.lse[[0, 0, 0]], f32::NEG_INFINITY);
     assert_eq!(out.lse[[0, 0, 1]], f32::NEG_INFINITY);
+}
+
+// The main task.
+
+#[test]
+fn dropout_with_p_zero_keeps_every_weight() {
+    // p = 0: the threshold is 0, every random word passes, and 1 / (1 - p) = 1.
+    let q: Array4<f32> = array![[[[1.0, 0.0]]]];
+    let k: Array4<f32> = array![[[[0.0, 0.0], [0.0, 0.0]]]];
+    let v: Array4<f32> = array![[[[2.0, 4.0], [6.0, 8.0]]]];
+    let dropout = Dropout { p: 0.0, seed: 42 };
+    let out = attention_dropout(&q, &k, &v, &AttentionOptions::new(), dropout).unwrap();
+    assert_eq!(out.o.iter().copied().collect::<Vec<_>>(), [4.0, 6.0]);
+}
+
+#[test]
+fn the_mask_is_philox_of_j_i_h_b() {
+    // Q = 0: both weights are 1/2; V = identity, so O[0, 0, 0, j] is weight j after dropout:
+    // 0 if dropped, 1/2 / (1 - p) = 1 if kept (p = 1/2).
+    let q = Array4::zeros((1, 1, 1, 2));
+    let k = Array4::zeros((1, 1, 2, 2));
+    let v: Array4<f32> = array![[[[1.0, 0.0], [0.0, 1.0]]]];
+    let dropout = Dropout { p: 0.5, seed: 7 };
+    let out = attention_dropout(&q, &k, &v, &AttentionOptions::new(), dropout).unwrap();
+    for j in 0..2 {
+        let kept = dropout.keeps(0, 0, 0, j);
+        assert_eq!(out.o[[0, 0, 0, j]], if kept { 1.0 } else { 0.0 }, "key {j}");
+    }
+    // L is the logsumexp before dropout: ln(e^0 + e^0).
+    assert!((out.lse[[0, 0, 0]] - 2f32.ln()).abs() < 1e-6);
 }

@@ -1,10 +1,13 @@
-//! Exercise 08: naive attention as three WGSL kernels.
+//! Exercise 08: naive attention as three WGSL kernels; the main task, the same kernels with
+//! dropout whose mask a counter-based random generator draws.
 
+pub mod dropout;
 pub mod mutants;
 
 use std::rc::Rc;
 
 use ndarray::Array4;
+use reference::features::Dropout;
 use reference::{AttentionError, AttentionOptions, AttentionOutput};
 
 use crate::check::Check;
@@ -21,20 +24,37 @@ crate::adapter::exercise_trait! {
         v: &Array4<f32>,
         options: &AttentionOptions,
     ) -> Result<AttentionOutput<f32>, AttentionError>;
+    /// Attention with dropout on the weights (the main task).
+    fn attention_dropout(
+        q: &Array4<f32>,
+        k: &Array4<f32>,
+        v: &Array4<f32>,
+        options: &AttentionOptions,
+        dropout: Dropout,
+    ) -> Result<AttentionOutput<f32>, AttentionError>;
 }
 
 /// The graded checks of exercise 08: the contract of every forward stage, within the GPU's
-/// f32 tolerance.
+/// f32 tolerance; then the main task's.
 pub fn checks(solution: impl Exercise08 + 'static) -> Vec<Check> {
     let s = Rc::new(solution);
-    forward_checks(Contract::untiled(Rc::new(move |q: &_, k: &_, v: &_, o: &_| {
-        s.attention(q, k, v, o)
-    })))
+    let x = s.clone();
+    let mut checks =
+        forward_checks(Contract::untiled(Rc::new(move |q: &_, k: &_, v: &_, o: &_| {
+            x.attention(q, k, v, o)
+        })));
+    checks.extend(dropout::checks(s));
+    checks
 }
 
-/// Naive attention with the WGSL source `shader` in place of lesson 08's: the lesson itself
-/// (the reference solution) with [`lesson08::SHADER`], a mutant with a changed copy.
-pub struct Shader(pub String);
+/// Naive attention with the WGSL sources `naive` and `dropout`: the reference solutions
+/// ([`lesson`]), or a mutant with a changed copy of one of them.
+pub struct Shader {
+    /// The kernels of the warm-up.
+    pub naive: String,
+    /// The kernels with dropout of the main task.
+    pub dropout: String,
+}
 
 impl Exercise08 for Shader {
     fn attention(
@@ -45,11 +65,28 @@ impl Exercise08 for Shader {
         options: &AttentionOptions,
     ) -> Result<AttentionOutput<f32>, AttentionError> {
         let gpu = gpu::Gpu::shared()?;
-        lesson08::attention_with_shader(&gpu.device, &gpu.queue, &self.0, q, k, v, options)
+        lesson08::attention_with_shader(&gpu.device, &gpu.queue, &self.naive, q, k, v, options)
+    }
+
+    fn attention_dropout(
+        &self,
+        q: &Array4<f32>,
+        k: &Array4<f32>,
+        v: &Array4<f32>,
+        options: &AttentionOptions,
+        dropout: Dropout,
+    ) -> Result<AttentionOutput<f32>, AttentionError> {
+        let gpu = gpu::Gpu::shared()?;
+        let (device, queue, source) = (&gpu.device, &gpu.queue, &self.dropout);
+        lesson08::dropout::attention_with_dropout_shader(
+            device, queue, source, q, k, v, options, dropout,
+        )
     }
 }
 
-/// The lesson's kernels: the reference solution.
+/// The reference solutions: the lesson's kernels for the warm-up, and for the main task the
+/// lesson's kernels with dropout ([`dropout::solution`], which lives in the grader: the book
+/// explains the idea without printing it).
 pub fn lesson() -> Shader {
-    Shader(lesson08::SHADER.to_string())
+    Shader { naive: lesson08::SHADER.to_string(), dropout: dropout::solution() }
 }

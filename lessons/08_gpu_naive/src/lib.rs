@@ -18,6 +18,8 @@ use gpu::kernel::{Dispatch, bind, check_loop_iterations, compile, workgroup_coun
 use ndarray::Array4;
 use reference::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape, check_inputs};
 
+pub mod dropout;
+
 /// The WGSL source of the three kernels.
 pub const SHADER: &str = include_str!("naive.wgsl");
 
@@ -69,6 +71,20 @@ impl AttentionKernel for NaiveAttention {
         device: &wgpu::Device,
         io: &AttentionBuffers,
     ) -> Result<Vec<Dispatch>, AttentionError> {
+        self.dispatches_with(device, io, [&[], &[], &[]])
+    }
+}
+
+impl NaiveAttention {
+    /// [`AttentionKernel::dispatches`] with more buffers bound to each of the three kernels,
+    /// `(binding, buffer)`, in the order `scores`, `softmax`, `weighted_sum` (a kernel with
+    /// dropout's uniform: see [`dropout`]).
+    pub fn dispatches_with(
+        &self,
+        device: &wgpu::Device,
+        io: &AttentionBuffers,
+        more: [&[(u32, &wgpu::Buffer)]; 3],
+    ) -> Result<Vec<Dispatch>, AttentionError> {
         let shape = &io.shape;
         let slices = shape.batch * shape.heads;
         buffers::check_storage_size(device, "the score matrix S", score_bytes(shape))?;
@@ -82,7 +98,11 @@ impl AttentionKernel for NaiveAttention {
         Ok(vec![
             Dispatch {
                 label: "scores",
-                bind_group: bind(device, &self.scores, &[(0, params), (1, q), (2, k), (4, &s)])?,
+                bind_group: bind(
+                    device,
+                    &self.scores,
+                    &with(&[(0, params), (1, q), (2, k), (4, &s)], more[0]),
+                )?,
                 pipeline: self.scores.clone(),
                 workgroups: [
                     tiles(shape.kv_len, TILE),
@@ -92,7 +112,11 @@ impl AttentionKernel for NaiveAttention {
             },
             Dispatch {
                 label: "softmax",
-                bind_group: bind(device, &self.softmax, &[(0, params), (4, &s), (6, lse)])?,
+                bind_group: bind(
+                    device,
+                    &self.softmax,
+                    &with(&[(0, params), (4, &s), (6, lse)], more[1]),
+                )?,
                 pipeline: self.softmax.clone(),
                 workgroups: [tiles(shape.q_len, ROWS), workgroup_count(slices), 1],
             },
@@ -101,7 +125,7 @@ impl AttentionKernel for NaiveAttention {
                 bind_group: bind(
                     device,
                     &self.weighted_sum,
-                    &[(0, params), (3, v), (4, &s), (5, o)],
+                    &with(&[(0, params), (3, v), (4, &s), (5, o)], more[2]),
                 )?,
                 pipeline: self.weighted_sum.clone(),
                 workgroups: [
@@ -114,6 +138,14 @@ impl AttentionKernel for NaiveAttention {
     }
 }
 // ANCHOR_END: dispatches
+
+/// The bindings `buffers` followed by `more`.
+fn with<'a>(
+    buffers: &[(u32, &'a wgpu::Buffer)],
+    more: &[(u32, &'a wgpu::Buffer)],
+) -> Vec<(u32, &'a wgpu::Buffer)> {
+    buffers.iter().chain(more).copied().collect()
+}
 
 /// Naive attention on a given device and queue: `q [B,H,Nq,D]`, `k`, `v [B,H,Nkv,D]` ->
 /// `O [B,H,Nq,D]`, `L [B,H,Nq]`, through an `S [B,H,Nq,Nkv]` buffer in GPU memory.

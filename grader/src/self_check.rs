@@ -181,9 +181,16 @@ fn gpu_reports() -> Vec<Report> {
             MICRO_TILE_BUGS
                 .iter()
                 .map(|b| {
-                    let source = b.plant(lesson10::V7_F32_REGISTERS);
-                    (b.name.to_string(), b.caught_by, ex10::checks(ex10::Shader(source)))
+                    let micro_tiles = b.plant(lesson10::V7_F32_REGISTERS);
+                    let shader = ex10::Shader { micro_tiles, features: ex10::features::solution() };
+                    (b.name.to_string(), b.caught_by, ex10::checks(shader))
                 })
+                .chain(ex10::features::FEATURE_BUGS.iter().map(|b| {
+                    let features = b.plant(&ex10::features::solution());
+                    let micro_tiles = lesson10::V7_F32_REGISTERS.to_string();
+                    let shader = ex10::Shader { micro_tiles, features };
+                    (b.name.to_string(), b.caught_by, ex10::checks(shader))
+                }))
                 .collect(),
         ),
     ]

@@ -1,5 +1,7 @@
-//! Exercise 10: register micro-tiles, the arithmetic of lesson 10's version 7, in WGSL.
+//! Exercise 10: register micro-tiles, the arithmetic of lesson 10's version 7, in WGSL; the
+//! main task, a softcap and ALiBi in that base-2 kernel.
 
+pub mod features;
 pub mod mutants;
 
 use std::rc::Rc;
@@ -35,6 +37,28 @@ pub const REPEATABLE: &str = "two runs give the same bits";
 pub trait Exercise10 {
     /// The shader's WGSL source, before the host writes its constants in and unrolls it.
     fn source(&self) -> String;
+
+    /// The main task's shader (a softcap and ALiBi), before the host writes its constants in.
+    fn features_source(&self) -> String;
+
+    /// FlashAttention with a softcap and ALiBi, the main task's shader and `tiles` on the
+    /// shared GPU.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_features(
+        &self,
+        q: &Array4<f32>,
+        k: &Array4<f32>,
+        v: &Array4<f32>,
+        options: &AttentionOptions,
+        features: &reference::features::Features,
+        tiles: F32Tiles,
+    ) -> Result<AttentionOutput<f32>, AttentionError> {
+        let gpu = gpu::Gpu::shared()?;
+        let (device, queue, source) = (&gpu.device, &gpu.queue, self.features_source());
+        lesson10::features::attention_with_features_shader(
+            device, queue, &source, q, k, v, options, features, tiles,
+        )
+    }
 
     /// FlashAttention with this shader and `tiles` on the shared GPU.
     fn attention(
@@ -169,7 +193,7 @@ pub fn checks(solution: impl Exercise10 + 'static) -> Vec<Check> {
             })
         },
     ));
-    let x = s;
+    let x = s.clone();
     checks.push(Check::new(
         REPEATABLE,
         "Results that change from run to run are a race: a thread reading workgroup memory \
@@ -189,22 +213,34 @@ pub fn checks(solution: impl Exercise10 + 'static) -> Vec<Check> {
             Ok(())
         },
     ));
+    checks.extend(features::checks(s));
     checks
 }
 
-/// FlashAttention with the WGSL source `shader`: the lesson itself (the reference solution)
-/// with [`lesson10::V7_F32_REGISTERS`], a mutant with a changed copy.
-pub struct Shader(pub String);
+/// FlashAttention with the WGSL sources `micro_tiles` and `features`: the reference solutions
+/// ([`lesson`]), or a mutant with a changed copy of one of them.
+pub struct Shader {
+    /// The shader of the warm-up.
+    pub micro_tiles: String,
+    /// The shader with a softcap and ALiBi of the main task.
+    pub features: String,
+}
 
 impl Exercise10 for Shader {
     fn source(&self) -> String {
-        self.0.clone()
+        self.micro_tiles.clone()
+    }
+
+    fn features_source(&self) -> String {
+        self.features.clone()
     }
 }
 
-/// The lesson's shader: the reference solution.
+/// The reference solutions: the lesson's version 7 for the warm-up, and for the main task
+/// version 7 with a softcap and ALiBi ([`features::solution`], which lives in the grader: the
+/// book explains the idea without printing it).
 pub fn lesson() -> Shader {
-    Shader(lesson10::V7_F32_REGISTERS.to_string())
+    Shader { micro_tiles: lesson10::V7_F32_REGISTERS.to_string(), features: features::solution() }
 }
 
 #[cfg(test)]

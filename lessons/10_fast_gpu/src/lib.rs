@@ -22,6 +22,7 @@
 //! dimension and tile size and implements the course's [`AttentionKernel`], so the tests,
 //! the registry and the benchmark treat them all alike.
 
+pub mod features;
 mod unroll;
 
 pub use unroll::unroll;
@@ -1267,6 +1268,19 @@ impl AttentionKernel for Kernel {
         device: &wgpu::Device,
         io: &AttentionBuffers,
     ) -> Result<Vec<Dispatch>, AttentionError> {
+        self.dispatches_with(device, io, &[])
+    }
+}
+
+impl Kernel {
+    /// [`AttentionKernel::dispatches`] with more buffers bound, `(binding, buffer)` (a kernel
+    /// with FlashAttention's softcap and ALiBi: see [`features`]).
+    pub fn dispatches_with(
+        &self,
+        device: &wgpu::Device,
+        io: &AttentionBuffers,
+        more: &[(u32, &wgpu::Buffer)],
+    ) -> Result<Vec<Dispatch>, AttentionError> {
         let shape = &io.shape;
         if shape.head_dim != self.head_dim {
             return Err(GpuError::KernelMisuse(format!(
@@ -1277,7 +1291,8 @@ impl AttentionKernel for Kernel {
             .into());
         }
         let buffers = [&io.params, &io.q, &io.k, &io.v, &io.o, &io.lse];
-        let bindings: Vec<(u32, &wgpu::Buffer)> = (0..).zip(buffers).collect();
+        let mut bindings: Vec<(u32, &wgpu::Buffer)> = (0..).zip(buffers).collect();
+        bindings.extend_from_slice(more);
         let bind_group = bind(device, &self.pipeline, &bindings)?;
         check_loop_iterations(device, self.name, self.tiles.loop_iterations(shape))?;
         let (query_tiles, slices) = self.grid(shape);

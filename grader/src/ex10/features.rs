@@ -1,0 +1,256 @@
+//! Exercise 10's main task: two of FlashAttention-2's features, a logit softcap and ALiBi
+//! slopes, in the fast f32 kernel, whose softmax works in base 2 (`exp2`, with `log2 e`
+//! folded into the scores): each feature must be applied in natural units and only then
+//! converted.
+//!
+//! The reference solution is lesson 10's version 7 with three changes, written below as text
+//! replacements so that the difference is exactly what the learner adds (the book explains the
+//! idea and never shows them): the two bindings and a `logit` function; the head's slope; the
+//! scores taken through `logit`. The planted bugs are text replacements in that solution.
+
+use std::rc::Rc;
+
+use lesson10::F32Tiles;
+use proptest::prelude::*;
+use reference::compare::Format;
+use reference::features::Features;
+use reference::{ProblemSpec, Tolerance, check_output};
+use testkit::strategies::{Case, cases};
+
+use super::{Exercise10, GPU_CASES, fitting, tile_shapes};
+use crate::check::{Check, for_all};
+use crate::forward::LIMITS;
+use crate::wgsl_mutants::WgslBug;
+
+/// Check name.
+pub const SOFTCAP: &str = "softcap: random problems, caps and tile shapes, large logits included";
+/// Check name.
+pub const ALIBI: &str = "ALiBi: a slope per head, Nq != Nkv, causal or not";
+/// Check name.
+pub const BOTH: &str = "softcap and ALiBi together, head dims 64 and 128, tail tiles";
+
+/// The tolerance with a softcap. A GPU's `tanh` is as accurate as Vulkan requires, which is
+/// inherited from `exp` (3 + 2|x| ulp): a capped logit `c tanh(s / c)` may carry an error of a
+/// few units of `c 2^-24` near 0 and of a few dozen near the cap, more than f32 arithmetic on
+/// the scores alone. The logits are held to an f16-sized relative error instead (as if stored
+/// in f16), which still leaves every planted bug (each off by a factor in the logits) far
+/// outside.
+const WITH_SOFTCAP: Tolerance = Tolerance { storage: Format::F16, ..Tolerance::F32 };
+
+/// The declarations the kernel with features adds after its bindings.
+const FEATURE_DECLARATIONS: &str = "\
+@group(0) @binding(5) var<storage, read_write> lse: array<f32>;
+
+// FlashAttention-2's softcap and ALiBi: the score of row i and key j is
+// c tanh(scale q_i.k_j / c) - slope_h |i + Nkv - Nq - j| (softcap 0: none; slopes 0: none).
+struct Features {
+    softcap: f32,
+    heads: u32,
+    pad0: u32,
+    pad1: u32,
+}
+@group(0) @binding(6) var<uniform> features: Features;
+@group(0) @binding(7) var<storage, read> alibi_slopes: array<f32>;
+
+// The score of query row `row` and key `key` in log2 units, as the kernel's exp2 needs it,
+// from the scaled dot product `s` in natural units: capped, biased, then times log2(e).
+fn logit(s: f32, slope: f32, row: u32, key: u32) -> f32 {
+    var x = s;
+    if features.softcap > 0.0 {
+        // tanh(15) is 1 in f32; a driver may compute tanh from exponentials, which overflow
+        // for large arguments, so the argument is clamped first.
+        x = features.softcap * tanh(clamp(s / features.softcap, -15.0, 15.0));
+    }
+    let distance = abs(i32(row) + i32(params.kv_len) - i32(params.q_len) - i32(key));
+    return (x - slope * f32(distance)) * LOG2_E;
+}
+";
+
+/// The changes that turn version 7 into the kernel with features: `(find, replace)`.
+const SOLUTION: [(&str, &str); 3] = [
+    ("@group(0) @binding(5) var<storage, read_write> lse: array<f32>;\n", FEATURE_DECLARATIONS),
+    (
+        "    let scale = params.scale * LOG2_E;      // scores in log2 units: exp(x) = exp2(x log2 e)\n",
+        "    let slope = alibi_slopes[slice % features.heads];  // this head's ALiBi slope\n",
+    ),
+    (
+        "                var x = s[i * KEYS_PER_THREAD + j] * scale;\n",
+        "                let key = kv_start + kg + KEY_GROUPS * j;\n                \
+         var x = logit(s[i * KEYS_PER_THREAD + j] * params.scale, slope, q_start + rg + ROW_GROUPS * i, key);\n",
+    ),
+];
+
+/// The reference solution: lesson 10's version 7 with a softcap and ALiBi.
+///
+/// # Panics
+/// If a change no longer applies: version 7's shader changed and the solution must follow.
+pub fn solution() -> String {
+    SOLUTION.iter().fold(lesson10::V7_F32_REGISTERS.to_string(), |source, (find, replace)| {
+        assert!(source.contains(find), "the solution with features no longer applies: {find:?}");
+        source.replace(find, replace)
+    })
+}
+
+/// Classic mistakes with a softcap and ALiBi in a base-2 kernel, against [`solution`].
+pub const FEATURE_BUGS: [WgslBug; 6] = [
+    WgslBug {
+        name: "softcap applied to the score in log2 units, c tanh(s log2(e) / c)",
+        find: "x = features.softcap * tanh(clamp(s / features.softcap, -15.0, 15.0));",
+        replace: "x = features.softcap * tanh(clamp(s * LOG2_E / features.softcap, -15.0, 15.0)) / LOG2_E;",
+        caught_by: SOFTCAP,
+    },
+    WgslBug {
+        name: "softcap applied to the dot product before the scale",
+        find: "var x = logit(s[i * KEYS_PER_THREAD + j] * params.scale,",
+        replace: "var x = params.scale * logit(s[i * KEYS_PER_THREAD + j],",
+        caught_by: SOFTCAP,
+    },
+    WgslBug {
+        name: "ALiBi bias added in natural units after the conversion to log2",
+        find: "return (x - slope * f32(distance)) * LOG2_E;",
+        replace: "return x * LOG2_E - slope * f32(distance);",
+        caught_by: ALIBI,
+    },
+    WgslBug {
+        name: "ALiBi distance from key `row` (top-left) instead of row + Nkv - Nq",
+        find: "abs(i32(row) + i32(params.kv_len) - i32(params.q_len) - i32(key))",
+        replace: "abs(i32(row) - i32(key))",
+        caught_by: ALIBI,
+    },
+    WgslBug {
+        name: "ALiBi slope of slice / H (the batch) instead of slice % H (the head)",
+        find: "alibi_slopes[slice % features.heads]",
+        replace: "alibi_slopes[slice / features.heads]",
+        caught_by: ALIBI,
+    },
+    WgslBug {
+        name: "ALiBi bias added instead of subtracted",
+        find: "return (x - slope * f32(distance)) * LOG2_E;",
+        replace: "return (x + slope * f32(distance)) * LOG2_E;",
+        caught_by: ALIBI,
+    },
+];
+
+/// ALiBi slopes for `heads` heads: a random slope in `[0, 1)` per head (the paper's are
+/// `2^(-8 h / H)`, between 1/256 and 1/2).
+fn slopes(heads: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed | 1;
+    (0..heads)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 40) as f32 / (1u64 << 24) as f32
+        })
+        .collect()
+}
+
+/// The main task's checks, for the kernel of `x`.
+pub fn checks<X: Exercise10 + ?Sized + 'static>(x: Rc<X>) -> Vec<Check> {
+    let mut checks = Vec::new();
+    let s = x.clone();
+    checks.push(Check::new(
+        SOFTCAP,
+        "The cap works on the scaled score in natural units, c tanh(scale q.k / c), as the \
+         oracle and FlashAttention-2 define it; only then does the kernel's log2(e) apply. \
+         Clamp tanh's argument (tanh(15) is already 1 in f32).",
+        move || {
+            let cap = prop_oneof![Just(1.0f32), Just(5.0), Just(30.0)];
+            for_all(GPU_CASES, (cases(LIMITS), tile_shapes(), cap), |(case, wanted, cap)| {
+                let features = Features { softcap: Some(cap), ..Features::default() };
+                check_features(&*s, &case, wanted, &features, WITH_SOFTCAP)
+            })
+        },
+    ));
+    let s = x.clone();
+    checks.push(Check::new(
+        ALIBI,
+        "The bias is -slope_h |i + Nkv - Nq - j| in natural units (row i's diagonal is key \
+         i + Nkv - Nq, bottom-right as the causal mask), h = slice % H, and it is converted to \
+         log2 units with the rest of the score.",
+        move || {
+            for_all(
+                GPU_CASES,
+                (cases(LIMITS), tile_shapes(), any::<u64>()),
+                |(case, wanted, seed)| {
+                    let features = Features::default().alibi(slopes(case.spec.heads, seed));
+                    check_features(&*s, &case, wanted, &features, Tolerance::F32)
+                },
+            )
+        },
+    ));
+    let s = x;
+    checks.push(Check::new(
+        BOTH,
+        "With both features the score is capped first and biased after, as the oracle does \
+         (FlashAttention-2's order).",
+        move || {
+            for head_dim in [64, 128] {
+                for (q_len, kv_len, causal) in [(65, 33, true), (33, 65, false), (1, 97, true)] {
+                    let spec = ProblemSpec::new(2, 3, q_len, kv_len, head_dim).causal(causal);
+                    let case = Case { spec, seed: 9 };
+                    let features = Features { softcap: Some(20.0), ..Features::default() }
+                        .alibi(slopes(3, 11));
+                    let wanted = F32Tiles {
+                        row_groups: 8,
+                        rows_per_thread: 4,
+                        keys_per_thread: 2,
+                        prefetch: true,
+                    };
+                    check_features(&*s, &case, wanted, &features, WITH_SOFTCAP)?;
+                }
+            }
+            Ok(())
+        },
+    ));
+    checks
+}
+
+/// The kernel's output with `features` on `case`, tiles `wanted` as the device allows, against
+/// the f64 oracle with the same features.
+fn check_features<X: Exercise10 + ?Sized>(
+    x: &X,
+    case: &Case,
+    wanted: F32Tiles,
+    features: &Features,
+    tolerance: Tolerance,
+) -> Result<(), String> {
+    let tiles = fitting(wanted, case.spec.head_dim)?;
+    let p = case.problem();
+    let what = format!(
+        "{case:?}, softcap {:?}, slopes {:?}, {tiles:?}",
+        features.softcap, features.alibi_slopes
+    );
+    let out = x
+        .attention_features(&p.q, &p.k, &p.v, &p.options, features, tiles)
+        .map_err(|e| format!("{what}: returned an error: {e}"))?;
+    let expected = reference::features::expected(&p.q, &p.k, &p.v, &p.options, features)
+        .map_err(|e| e.to_string())?;
+    check_output(&out, &expected, tolerance).map(|_| ()).map_err(|e| format!("{what}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_solution_and_every_planted_bug_are_valid_wgsl() {
+        let tiles =
+            F32Tiles { row_groups: 4, rows_per_thread: 4, keys_per_thread: 2, prefetch: true };
+        let solution = solution();
+        let source = tiles.source_from(&solution, 64).unwrap();
+        let used = gpu::kernel::bindings_used(&source, "flash_forward").unwrap();
+        assert!(used.contains(&6) && used.contains(&7), "{used:?}");
+        for bug in FEATURE_BUGS {
+            let planted = tiles.source_from(&bug.plant(&solution), 64).unwrap();
+            gpu::kernel::bindings_used(&planted, "flash_forward").unwrap();
+        }
+    }
+
+    #[test]
+    fn slopes_lie_in_zero_to_one() {
+        let s = slopes(5, 3);
+        assert!(s.iter().all(|&m| (0.0..1.0).contains(&m)), "{s:?}");
+        assert_ne!(s[0], s[1]);
+    }
+}

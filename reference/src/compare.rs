@@ -12,9 +12,9 @@
 //! the terms of `O_id`:
 //!
 //! $$ |O_{id} - O^{*}_{id}| \le c\, M_{id} \big( u\,[(\sqrt{D} + 2)\Lambda_i + \sqrt{N_{kv}} + 2] +
-//!    u_s (2\Lambda_i + 2) + u_p + u_o \big), $$
+//!    u_s (2\Lambda_i + 2) + \varepsilon + u_p + u_o \big), $$
 //! $$ |L_i - L^{*}_i| \le c \big( u\,[(\sqrt{D} + 2)\Lambda_i + |L^{*}_i| + \sqrt{N_{kv}} + 2] +
-//!    u_s (2\Lambda_i + |L^{*}_i| + 2) \big) . $$
+//!    u_s (2\Lambda_i + |L^{*}_i| + 2) + \varepsilon \big) . $$
 //!
 //! Where each part comes from: a logit is a dot product of `D` terms, whose rounding error
 //! grows like `sqrt(D)` times the size of its terms (rounding errors are independent and
@@ -28,8 +28,10 @@
 //! `2 Λ_i`; the sum over keys adds about `sqrt(Nkv)`. `u_s` is the unit roundoff of a 16-bit
 //! format the inputs or `S` and `P` are stored in (each logit then moves by up to `2 u_s Λ_i`),
 //! `u_p` that of the format `P` is rounded to before the product `P V` (as FlashAttention
-//! kernels on tensor cores do), `u_o` that of the format `O` is stored in. The backward pass
-//! has the same structure ([`ExpectedGradients`]).
+//! kernels on tensor cores do), `u_o` that of the format `O` is stored in, and `ε` an absolute
+//! error a logit may carry beyond the arithmetic's (0 but for a GPU's softcap, whose `tanh` is
+//! only as accurate as Vulkan requires). The backward pass has the same structure
+//! ([`ExpectedGradients`]).
 //!
 //! Numbers below a format's normal range lose their relative precision, so each visible
 //! weight may also be off by the format's absolute underflow error ([`Format::underflow`],
@@ -106,6 +108,10 @@ pub struct Tolerance {
     pub output: Format,
     /// The safety factor `c`.
     pub factor: f64,
+    /// An absolute error each logit may carry beyond the arithmetic's, in natural units
+    /// (`ε`): 0 for every stage of the course; a GPU kernel's softcap adds the error of the
+    /// driver's `tanh` ([`Tolerance::with_logit_error`]).
+    pub logit_error: f64,
 }
 
 impl Tolerance {
@@ -117,6 +123,7 @@ impl Tolerance {
         weights: Format::EXACT,
         output: Format::EXACT,
         factor: SAFETY_FACTOR,
+        logit_error: 0.0,
     };
 
     /// f16 inputs computed in f32, `O` rounded to f16 once (FlashAttention on f16 storage),
@@ -149,13 +156,22 @@ impl Tolerance {
         Self { storage: Format::F16, weights: Format::F16, ..Self::F32 };
     // ANCHOR_END: tolerance
 
+    /// The same tolerance with an absolute error `error` allowed in every logit, in natural
+    /// units, beyond the arithmetic's: what a GPU's `tanh` in a softcap adds (Vulkan requires
+    /// it to be as accurate as the exponentials it can be computed from, not to the last bit).
+    /// A weight then carries a relative error of `error`.
+    pub const fn with_logit_error(self, error: f64) -> Self {
+        Self { logit_error: error, ..self }
+    }
+
     /// The error each element of `O` and `L` may carry, by the model in the module docs.
     pub fn allowed(&self, expected: &Expected) -> AttentionOutput<f64> {
         let (u, u_s, c) = (self.arithmetic.unit, self.storage.unit, self.factor);
         let dot_growth = (expected.head_dim as f64).sqrt() + 2.0;
         let sum_growth = (expected.kv_len as f64).sqrt() + 2.0;
-        let per_row =
-            |terms: f64| u * (dot_growth * terms + sum_growth) + u_s * (2.0 * terms + 2.0);
+        let per_row = |terms: f64| {
+            u * (dot_growth * terms + sum_growth) + u_s * (2.0 * terms + 2.0) + self.logit_error
+        };
         // Below the normal range a weight keeps only an absolute precision, whichever of the
         // formats it passed through loses the most.
         let weight_underflow = [self.arithmetic, self.storage, self.weights]

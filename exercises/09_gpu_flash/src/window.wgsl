@@ -18,6 +18,7 @@
 //
 // 2. Which keys each row sees: a band [first, end) around its diagonal key i + Nkv - Nq, cut
 //    by the causal mask (if params.causal == 1u) and by 0..Nkv; possibly empty.
-// 3. Which tiles of keys the workgroup loads: only those some row of the workgroup sees, on
-//    both sides of the window. The loop's bounds must be the same for every thread.
+// 3. Which tiles of keys the workgroup loads: the same blocks [t BLOCK_KV, (t + 1) BLOCK_KV)
+//    as in the warm-up, only those some row of the workgroup sees, on both sides of the
+//    window. The loop's bounds must be the same for every thread.
 // 4. In each tile, each row uses only the keys of its band.

@@ -230,7 +230,10 @@ fn save_progress(root: &Path, progress: &BTreeMap<String, (Status, String)>) {
 
 fn print_progress(progress: &BTreeMap<String, (Status, String)>) {
     println!("progress:");
-    for lesson in course::lessons() {
+    let lessons = course::lessons();
+    // The topics' column is as wide as the longest, so that the folders line up.
+    let width = lessons.iter().filter_map(|l| l.exercise.as_ref()).map(|e| e.topic.len()).max();
+    for lesson in lessons {
         let Some(exercise) = &lesson.exercise else { continue };
         let (name, topic) = (&exercise.package, &exercise.topic);
         let (status, score) =
@@ -241,9 +244,10 @@ fn print_progress(progress: &BTreeMap<String, (Status, String)>) {
             Status::NotStarted => "[ ]",
         };
         println!(
-            "  {mark} {name}  {:<12} {score:>5} checks  {topic:<38} {}",
+            "  {mark} {name}  {:<12} {score:>5} checks  {topic:<width$} {}",
             status.to_string(),
-            lesson.exercise_folder()
+            lesson.exercise_folder(),
+            width = width.unwrap_or(0)
         );
     }
 }

@@ -375,7 +375,8 @@ fn fp8_checks(s: Rc<impl Exercise06 + 'static>) -> Vec<Check> {
         FP8_QUANTIZE,
         "For each (batch, head) on its own: amax = the largest |x| of that slice, descale = \
          max(amax / 448, f32::MIN_POSITIVE), code = f32_to_e4m3(x / descale). One descale for \
-         the whole tensor is what this check catches: heads of different sizes.",
+         the whole tensor, or for a head across batches, is what this check catches: slices of \
+         different sizes.",
         move || {
             let by_hand = Array4::from_shape_vec((1, 2, 1, 3), vec![448.0, -1.0, 0.5, 0.0, 0.0, 0.0])
                 .expect("six values");
@@ -391,14 +392,19 @@ fn fp8_checks(s: Rc<impl Exercise06 + 'static>) -> Vec<Check> {
                     "quantize of [[448, -1, 0.5], [0, 0, 0]] (two heads): {got:?}, expected {expected:?}"
                 ));
             }
-            // Heads whose sizes differ by up to 2^120 either way; some all zero.
-            let heads = proptest::collection::vec(prop_oneof![Just(None), (-120..=120i32).prop_map(Some)], 1..=6);
-            let sizes = (1..=12usize, 1..=9usize, heads, any::<u64>());
-            for_all(CASES, sizes, |(n, d, heads, seed)| {
-                let mut t = Problem::random(&ProblemSpec::new(1, heads.len(), n, 1, d), seed).q;
-                for (head, size) in heads.iter().enumerate() {
+            // Slices (batch, head) whose sizes differ by up to 2^120 either way; some all zero.
+            let size = prop_oneof![Just(None), (-120..=120i32).prop_map(Some)];
+            let slices = (1..=3usize, 1..=4usize).prop_flat_map(move |(batch, heads)| {
+                let sizes = proptest::collection::vec(size.clone(), batch * heads);
+                (Just(batch), Just(heads), sizes)
+            });
+            for_all(CASES, (slices, 1..=12usize, 1..=9usize, any::<u64>()), |(slices, n, d, seed)| {
+                let (batch, heads, sizes) = slices;
+                let mut t = Problem::random(&ProblemSpec::new(batch, heads, n, 1, d), seed).q;
+                for (slice, size) in sizes.iter().enumerate() {
                     let factor = size.map_or(0.0, |k| 2f32.powi(k));
-                    t.slice_mut(s![0, head, .., ..]).mapv_inplace(|v| v * factor);
+                    let (b, h) = (slice / heads, slice % heads);
+                    t.slice_mut(s![b, h, .., ..]).mapv_inplace(|v| v * factor);
                 }
                 let got = x.quantize(&t, "K").map_err(|e| format!("returned an error: {e}"))?;
                 check_quantized(&t, &got)

@@ -38,6 +38,8 @@ planted_bugs! {
         E4m3FlushesSubnormals => ex06::E4M3_ENCODE,
         /// One descale for the whole tensor instead of one per batch and head.
         DescalePerTensor => ex06::FP8_QUANTIZE,
+        /// One descale per head, its amax taken over every batch.
+        DescalePerHead => ex06::FP8_QUANTIZE,
         /// The scale `448 / amax` stored where the descale `amax / 448` belongs.
         ScaleStoredAsDescale => ex06::FP8_QUANTIZE,
         /// K's descale left out of the scores.
@@ -156,9 +158,12 @@ impl Planted<PrecisionBug> {
         let mut codes = Array4::zeros(x.dim());
         for b in 0..batch {
             for h in 0..heads {
-                let amax = match self.has(PrecisionBug::DescalePerTensor) {
-                    true => whole_tensor,
-                    false => largest(x.slice(s![b, h, .., ..]).into_dyn()),
+                let amax = match self.bug {
+                    Some(PrecisionBug::DescalePerTensor) => whole_tensor,
+                    Some(PrecisionBug::DescalePerHead) => {
+                        largest(x.slice(s![.., h, .., ..]).into_dyn())
+                    }
+                    _ => largest(x.slice(s![b, h, .., ..]).into_dyn()),
                 };
                 let d = (amax / 448.0).max(f32::MIN_POSITIVE);
                 let stored = if self.has(PrecisionBug::ScaleStoredAsDescale) { 1.0 / d } else { d };

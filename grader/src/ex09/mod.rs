@@ -181,12 +181,18 @@ pub fn checks(solution: impl Exercise09 + 'static) -> Vec<Check> {
          same for the whole workgroup (use the tile's last row), and rows past Nq still load \
          their share. The last tile of keys is shorter: load min(BLOCK_KV, Nkv - kv_start).",
         move || {
-            for_all(GPU_CASES, (cases(LIMITS), tile_sizes()), |(case, (br, bc))| {
-                let (br, bc) = fitting(&case, br, bc)?;
+            let run = |case: &Case, br, bc| {
+                let (br, bc) = fitting(case, br, bc)?;
                 let tiled = |q: &_, k: &_, v: &_, o: &_| x.attention(q, k, v, o, br, bc);
-                check_against_oracle(&tiled, &case, Tolerance::F32)
-                    .map_err(|e| format!("tiles Br = {br}, Bc = {bc}: {e}"))
-            })
+                check_against_oracle(&tiled, case, Tolerance::F32)
+                    .map_err(|e| format!("{case:?}, tiles Br = {br}, Bc = {bc}: {e}"))
+            };
+            // First a problem of many tiles of keys with 40 threads: a missing barrier races
+            // here on every run where threads run in groups (lavapipe runs groups of 8 one
+            // after another), whatever tiles the random cases below draw.
+            let many_tiles = Case { spec: ProblemSpec::new(1, 2, 70, 90, 16), seed: 5 };
+            run(&many_tiles, 40, 8)?;
+            for_all(GPU_CASES, (cases(LIMITS), tile_sizes()), |(case, (br, bc))| run(&case, br, bc))
         },
     ));
     checks.extend(window::checks(s));

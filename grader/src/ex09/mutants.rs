@@ -9,7 +9,9 @@ use crate::wgsl_mutants::WgslBug;
 /// The two missing barriers are races: what they break depends on how the device schedules a
 /// workgroup's threads. Lavapipe, where continuous integration runs, runs a workgroup's
 /// threads in batches of 8 (Mesa's llvmpipe switches between them as coroutines at barriers),
-/// so with more than 8 threads the race has shown in every self-check and stress run; on an
+/// so with more than 8 threads and several tiles of keys the race shows on every run: the check
+/// meant to catch them starts with such a problem (40 threads, 12 tiles of 8 keys), since its
+/// random cases alone missed it once (seed 1812768156410548020, 2026-11-25); on an
 /// NVIDIA H100 the self-check caught both too (2026-11-22), but another GPU could hide them
 /// on some runs. The barrier moved under a condition is caught by
 /// the static check, whatever the device.

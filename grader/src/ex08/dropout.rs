@@ -32,7 +32,8 @@ pub const DROPOUT_RANDOM: &str =
 /// Check name.
 pub const DROPOUT_EDGES: &str = "dropout: p = 0, p = 0.999, rows that see no key, L before dropout";
 
-/// The declarations the dropout kernels add before `scores`.
+/// The declarations the dropout kernels add before `scores` (and the comment line they go
+/// before).
 const DROPOUT_DECLARATIONS: &str = "\
 // Dropout on the weights (FlashAttention-2's dropout_p): weight (b, h, i, j) is kept iff the
 // first word of Philox-4x32-10 with the counter (j, i, h, b) and the seed as its key is at
@@ -86,12 +87,15 @@ fn keep_factor(slice: u32, i: u32, j: u32) -> f32 {
     return select(0.0, dropout.keep_scale, word >= dropout.threshold);
 }
 
-// ANCHOR: scores
+// S[i, j] = scale * q_i . k_j, for every visible key (masked entries are never read).
 ";
 
 /// The changes that turn lesson 08's kernels into the dropout ones: `(find, replace)`.
 const SOLUTION: [(&str, &str); 2] = [
-    ("// ANCHOR: scores\n", DROPOUT_DECLARATIONS),
+    (
+        "// S[i, j] = scale * q_i . k_j, for every visible key (masked entries are never read).\n",
+        DROPOUT_DECLARATIONS,
+    ),
     (
         "s[row + j] = select(0.0, exp(s[row + j] - m) / l, j < keys);  // masked: P = 0",
         "// L is taken before dropout; the weights written are the dropped and rescaled ones.\n        \

@@ -30,7 +30,8 @@ pub const WINDOW_RANDOM: &str = "window: random problems, windows and tiles, cau
 pub const WINDOW_SKIP: &str =
     "window: a workgroup loads only the tiles of keys its rows see, on both sides";
 
-/// The declarations the windowed kernel adds before `load_tile`.
+/// The declarations the windowed kernel adds before `load_tile` (and the comment line they go
+/// before).
 const WINDOW_DECLARATIONS: &str = "\
 // The sliding window (FlashAttention-2's window_size): row i sees keys
 // i + Nkv - Nq - left ..= i + Nkv - Nq + right. An unbounded side arrives as a window that
@@ -58,12 +59,15 @@ fn visible_band(row: u32) -> vec2<u32> {
     return vec2<u32>(u32(first), u32(last + 1));
 }
 
-// ANCHOR: load_tile
+// Copies keys and values [kv_start, kv_start + BLOCK_KV) of `slice` into workgroup memory.
 ";
 
 /// The changes that turn lesson 09's kernel into the windowed one: `(find, replace)`.
 const SOLUTION: [(&str, &str); 5] = [
-    ("// ANCHOR: load_tile\n", WINDOW_DECLARATIONS),
+    (
+        "// Copies keys and values [kv_start, kv_start + BLOCK_KV) of `slice` into workgroup memory.\n",
+        WINDOW_DECLARATIONS,
+    ),
     (
         "    let kv_end = visible_keys(last_row);\n    let my_keys = select(0u, visible_keys(row), row_valid);\n",
         "    // The keys some row of the workgroup sees run from its first row's first visible key\n    \

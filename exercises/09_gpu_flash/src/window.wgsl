@@ -4,7 +4,7 @@
 // window_size), in WGSL. See README.md ("The main task") and the book's chapters 3 and 9.
 //
 // Start from your finished flash.wgsl: copy all of it below this comment, keep its bindings,
-// constants and the given code, then add the window:
+// constants, entry point (flash_forward) and the given code, then add the window:
 //
 // 1. The window uniform, exactly this (the host binds it at @binding(7)):
 //

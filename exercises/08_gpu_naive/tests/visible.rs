@@ -67,3 +67,23 @@ fn the_mask_is_philox_of_j_i_h_b() {
     // L is the logsumexp before dropout: ln(e^0 + e^0).
     assert!((out.lse[[0, 0, 0]] - 2f32.ln()).abs() < 1e-6);
 }
+
+#[test]
+fn the_counter_holds_batch_head_row_and_key() {
+    // Two batches and two heads, a seed with a high word: O[b, h, i, j] > 0 exactly where
+    // Philox-4x32-10 of (j, i, h, b), keyed by the seed's two words, keeps weight (i, j).
+    let (batch, heads, q_len, kv_len) = (2, 2, 3, 4);
+    let q = Array4::zeros((batch, heads, q_len, kv_len));
+    let k = Array4::zeros((batch, heads, kv_len, kv_len));
+    let v = Array4::from_shape_fn(
+        (batch, heads, kv_len, kv_len),
+        |(_, _, j, d)| {
+            if j == d { 1.0 } else { 0.0 }
+        },
+    );
+    let dropout = Dropout { p: 0.5, seed: 0xDEAD_BEEF_0000_0001 };
+    let out = attention_dropout(&q, &k, &v, &AttentionOptions::new(), dropout).unwrap();
+    for ((b, h, i, j), &o) in out.o.indexed_iter() {
+        assert_eq!(o > 0.0, dropout.keeps(b, h, i, j), "weight (b {b}, h {h}, i {i}, j {j})");
+    }
+}

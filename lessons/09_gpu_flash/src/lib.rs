@@ -286,13 +286,28 @@ pub fn tiles_loaded_with_shader(
     let CheckedInputs { shape, .. } = check_inputs(q, k, v, options)?;
     let kernel = FlashAttention::from_source(device, source, tiles, shape.head_dim)?;
     let io = AttentionBuffers::upload(device, &kernel, q, k, v, options)?;
-    let (query_tiles, slices) = kernel.grid(&shape);
-    let tiles_loaded = buffers::storage::<u32>(device, "tiles loaded", query_tiles * slices)?;
-    launch(device, queue, &[kernel.dispatch(device, &io, &tiles_loaded)?], None)?;
-    let counts = buffers::download::<u32>(device, queue, &tiles_loaded)?;
-    let counts =
-        Array2::from_shape_vec((slices, query_tiles), counts).expect("one count per workgroup");
-    Ok((io.read_output(device, queue)?, counts))
+    kernel.run_counting_tiles(device, queue, &io, &[])
+}
+
+impl FlashAttention {
+    /// The kernel's one dispatch on `io` (with `more` buffers bound, as in
+    /// [`dispatch_with`](Self::dispatch_with)), run to the end: the output, and how many tiles
+    /// of keys each workgroup loaded, `[B * H, ceil(Nq / Br)]`.
+    pub fn run_counting_tiles(
+        &self,
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+        io: &AttentionBuffers,
+        more: &[(u32, &wgpu::Buffer)],
+    ) -> Result<(AttentionOutput<f32>, Array2<u32>), AttentionError> {
+        let (query_tiles, slices) = self.grid(&io.shape);
+        let tiles_loaded = buffers::storage::<u32>(device, "tiles loaded", query_tiles * slices)?;
+        launch(device, queue, &[self.dispatch_with(device, io, &tiles_loaded, more)?], None)?;
+        let counts = buffers::download::<u32>(device, queue, &tiles_loaded)?;
+        let counts =
+            Array2::from_shape_vec((slices, query_tiles), counts).expect("one count per workgroup");
+        Ok((io.read_output(device, queue)?, counts))
+    }
 }
 // ANCHOR_END: tiles_loaded
 

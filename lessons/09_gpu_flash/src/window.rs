@@ -16,7 +16,6 @@
 use gpu::GpuError;
 use gpu::attention::AttentionBuffers;
 use gpu::buffers;
-use gpu::kernel::launch;
 use ndarray::{Array2, Array4};
 use reference::features::Window;
 use reference::{
@@ -92,15 +91,7 @@ pub fn attention_with_window_shader(
     }
     let io = AttentionBuffers::upload(device, &kernel, q, k, v, options)?;
     let window = buffers::uniform(device, "window", &window);
-    let (query_tiles, slices) = kernel.grid(&shape);
-    let tiles_loaded = buffers::storage::<u32>(device, "tiles loaded", query_tiles * slices)?;
-    let dispatch =
-        kernel.dispatch_with(device, &io, &tiles_loaded, &[(WINDOW_BINDING, &window)])?;
-    launch(device, queue, &[dispatch], None)?;
-    let counts = buffers::download::<u32>(device, queue, &tiles_loaded)?;
-    let counts =
-        Array2::from_shape_vec((slices, query_tiles), counts).expect("one count per workgroup");
-    Ok((io.read_output(device, queue)?, counts))
+    kernel.run_counting_tiles(device, queue, &io, &[(WINDOW_BINDING, &window)])
 }
 
 #[cfg(test)]

@@ -124,6 +124,17 @@ pub enum AttentionError {
         /// What is expected instead.
         expected: String,
     },
+    /// A key/value cache was asked for something it cannot do (lesson 11): a position beyond
+    /// its capacity, a sequence it does not hold, a block table that names a missing block, an
+    /// empty sequence. Nothing was written to the cache.
+    Cache {
+        /// What was asked, e.g. `"appending to sequence 3"`.
+        what: String,
+        /// What was found.
+        found: String,
+        /// What is expected instead.
+        expected: String,
+    },
     /// The device a stage runs on failed or refused the problem: no adapter, a limit the
     /// problem exceeds, a shader the driver rejected. The cause keeps its own type (the `gpu`
     /// crate's `GpuError`), so this crate stays free of any device API.
@@ -283,6 +294,9 @@ impl fmt::Display for AttentionError {
             }
             Self::InvalidFeature { feature, found, expected } => {
                 write!(f, "{feature}: {found}; expected {expected}")
+            }
+            Self::Cache { what, found, expected } => {
+                write!(f, "KV cache, {what}: {found}; expected {expected}")
             }
             Self::Device(error) => error.fmt(f),
         }

@@ -9,6 +9,8 @@
 //!   against it.
 //! * [`features`]: the oracle extended with FlashAttention's features: sliding window, ALiBi,
 //!   softcap, dropout with a Philox mask, and the merge of split-key partial results.
+//! * [`grouped`]: the oracle for grouped-query and multi-query attention (fewer K/V heads
+//!   than query heads), and the mapping of query heads onto K/V heads.
 //! * [`problem`]: seeded random problems (proptest strategies over them and the test bodies
 //!   every stage shares are in the test-only `testkit` crate).
 //! * [`compare`]: the error model, and element-wise comparison with the oracle.
@@ -19,6 +21,7 @@ pub mod compare;
 pub mod contract;
 pub mod error;
 pub mod features;
+pub mod grouped;
 pub mod layout;
 pub mod memory;
 pub mod oracle;
@@ -34,6 +37,7 @@ pub use contract::{
 };
 pub use error::{AttentionError, DeviceError, NonFiniteValue};
 pub use features::{Dropout, Feature, Features, Window};
+pub use grouped::HeadGroups;
 pub use oracle::{Expected, ExpectedGradients, Gradients};
 pub use problem::{Problem, ProblemSpec};
 pub use version::{About, BackwardVersion, ForwardVersion, Kind, Storage};

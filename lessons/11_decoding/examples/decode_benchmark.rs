@@ -1,0 +1,318 @@
+//! The decode benchmark: one generation step (one new query per sequence over its whole KV
+//! cache) with the WGSL kernels of `gpu_decode`, without splits and with the splits
+//! `gpu_splits` chooses, beside PyTorch in the same run, and against the memory bandwidth the
+//! same GPU reaches copying a buffer.
+//!
+//! ```text
+//! cargo run --release -p lesson11 --example decode_benchmark             # Hq=32 Hkv=8 D=128
+//! cargo run --release -p lesson11 --example decode_benchmark -- --quick  # small (lavapipe)
+//! cargo run --release -p lesson11 --example decode_benchmark -- --batches 1  # batch 1 only
+//! ```
+//!
+//! Every configuration is first checked against the f64 oracle (grouped heads, on the
+//! f16-rounded cache), then timed: GPU time from timestamp queries, calls back to back (a model
+//! decodes step after step), median of several samples. The peer script times PyTorch the
+//! same way (CUDA events around calls back to back): SDPA's backends given the grouped heads
+//! as they are, flash-attn's `flash_attn_with_kvcache` where installed, and a copy of the cache's
+//! size. Achieved bandwidth is the cache's bytes over the time of one step (the queries, the
+//! partial results and the output are under 1% of it). Writes `decode_gpu_b<B>.csv` and
+//! `decode_gpu.svg`, `decode_bandwidth.svg` to `--out` (default `book/src/figures`).
+
+use bench::plot::Scale;
+use bench::report::{in_workspace, list_arg};
+use bench::{Figures, Machine, Measurements, Peer, PeerProblem, Plot};
+use gpu::kernel::{Dispatch, bind, compile, launch_repeated};
+use gpu::{Gpu, GpuTimer, buffers};
+use lesson11::gpu_decode::{DecodeCall, GpuCache, KernelShape, round_to_f16};
+use lesson11::problem::{DecodeProblem, DecodeSpec};
+use reference::{AttentionError, Expected, Tolerance};
+
+/// The problems: `(batch, cache lengths)`, and the heads.
+struct Sizes {
+    runs: Vec<(usize, Vec<usize>)>,
+    q_heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    copy_bytes: usize,
+}
+
+fn sizes(quick: bool) -> Sizes {
+    match quick {
+        true => Sizes {
+            runs: vec![(1, vec![256, 1024, 4096]), (2, vec![512])],
+            q_heads: 4,
+            kv_heads: 2,
+            head_dim: 64,
+            copy_bytes: 16 << 20,
+        },
+        // A Llama-like attention layer: 32 query heads sharing 8 K/V heads of 128.
+        false => Sizes {
+            runs: vec![
+                (1, (10..=17).map(|e| 1 << e).collect()), // 1K ... 128K tokens
+                (8, (10..=14).map(|e| 1 << e).collect()), // 1K ... 16K tokens each
+            ],
+            q_heads: 32,
+            kv_heads: 8,
+            head_dim: 128,
+            copy_bytes: 1 << 30,
+        },
+    }
+}
+
+fn main() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut sizes = sizes(args.iter().any(|a| a == "--quick"));
+    let batches: Vec<usize> = sizes.runs.iter().map(|(b, _)| *b).collect();
+    let batches = list_arg(&args, "--batches", batches)?;
+    sizes.runs.retain(|(b, _)| batches.contains(b));
+    let figures = Figures::from_args(&args)?;
+    let gpu = Gpu::shared().map_err(|e| e.to_string())?;
+    let timer = GpuTimer::new(&gpu.device, &gpu.queue).map_err(|e| e.to_string())?;
+    let Sizes { q_heads, kv_heads, head_dim, .. } = sizes;
+    println!("Device: {}; {}", gpu.describe(), Machine::this().date);
+    println!(
+        "One decoding step: Hq={q_heads} query heads sharing Hkv={kv_heads} K/V heads, D={head_dim}, \
+         f16 cache, one query per sequence; GPU time per step, median"
+    );
+    if args.iter().any(|a| a == "--tune") {
+        return tune(gpu, &timer, &sizes);
+    }
+    let copy = copy_bandwidth(gpu, &timer, sizes.copy_bytes).map_err(|e| e.to_string())?;
+    println!(
+        "Copy bandwidth (WGSL, {} MiB read and written): {:.0} GB/s",
+        sizes.copy_bytes >> 20,
+        copy / 1e9
+    );
+
+    let problems: Vec<PeerProblem> = sizes
+        .runs
+        .iter()
+        .flat_map(|(batch, lens)| lens.iter().map(move |&seq| (*batch, seq)))
+        .map(|(batch, seq)| PeerProblem { batch, heads: q_heads, seq, head_dim, causal: false })
+        .collect();
+    let script = in_workspace("lessons/11_decoding/peer/sdpa_decode.py")?;
+    let peer = Peer::new(script).option("kv-heads", kv_heads).if_it_runs(" (timed in this run)");
+    let report = match &peer {
+        Some(peer) => Some(peer.run(&problems).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let backends: Vec<String> =
+        report.iter().flat_map(|r| r.backends()).map(str::to_string).collect();
+
+    let mut latency = Plot::new(
+        "One decoding step, batch 1",
+        "cache length (tokens)",
+        "microseconds",
+        Scale::Log2,
+        Scale::Log10,
+    );
+    let mut bandwidth = Plot::new(
+        "Cache read rate, batch 1",
+        "cache length (tokens)",
+        "GB/s",
+        Scale::Log2,
+        Scale::Linear,
+    );
+    for (batch, lens) in &sizes.runs {
+        let mut columns = vec![
+            ("splits", 0),
+            ("ours 1 split us", 1),
+            ("ours us", 1),
+            ("of which merge us", 1),
+            ("ours GB/s", 1),
+            ("% of copy", 0),
+        ];
+        let peer_columns: Vec<String> = backends.iter().map(|b| format!("{b} us")).collect();
+        columns.extend(peer_columns.iter().map(|c| (c.as_str(), 1)));
+        columns.push(("best SDPA / ours", 2));
+        let mut table = Measurements::new("tokens", &columns);
+        for &len in lens {
+            let spec = DecodeSpec {
+                q_heads,
+                kv_heads,
+                lens: vec![len; *batch],
+                q_len: 1,
+                head_dim,
+                causal: false,
+                seed: len as u64,
+            };
+            let p = DecodeProblem::random(&spec);
+            let cache = GpuCache::upload(&gpu.device, &p.contiguous(0).map_err(|e| e.to_string())?)
+                .map_err(|e| e.to_string())?;
+            let expected = expected_f16(&p)?;
+            let mut ours = Vec::new();
+            let mut chosen = 0;
+            let mut partials = 0.0;
+            for splits in [Some(1), None] {
+                let call = DecodeCall::new(&gpu.device, &cache, &p.q, &p.options(), splits)
+                    .map_err(|e| e.to_string())?;
+                validate(gpu, &call, &p, &expected)?;
+                chosen = call.splits();
+                ours.push(
+                    time(|n| call.run(&gpu.device, &gpu.queue, Some(&timer), n))
+                        .map_err(|e| e.to_string())?,
+                );
+                let only_partials =
+                    |n| call.run_partials_only(&gpu.device, &gpu.queue, Some(&timer), n);
+                partials = time(only_partials).map_err(|e| e.to_string())?;
+            }
+            let merge = (ours[1] - partials).max(0.0);
+            let rate = cache.bytes_per_step() as f64 / ours[1];
+            let problem =
+                PeerProblem { batch: *batch, heads: q_heads, seq: len, head_dim, causal: false };
+            let peer_seconds: Vec<f64> = backends
+                .iter()
+                .map(|b| report.as_ref().and_then(|r| r.seconds(&problem, b)).unwrap_or(f64::NAN))
+                .collect();
+            let best_sdpa = backends
+                .iter()
+                .zip(&peer_seconds)
+                .filter(|(b, s)| !b.starts_with("copy") && s.is_finite())
+                .map(|(_, s)| *s)
+                .fold(f64::INFINITY, f64::min);
+            let mut row = vec![
+                chosen as f64,
+                ours[0] * 1e6,
+                ours[1] * 1e6,
+                merge * 1e6,
+                rate / 1e9,
+                100.0 * rate / copy,
+            ];
+            row.extend(peer_seconds.iter().map(|s| s * 1e6));
+            row.push(best_sdpa / ours[1]);
+            table.push(len, &row);
+        }
+        println!("\nB = {batch}\n{}", table.table().to_text());
+        figures.write_csv(&format!("decode_gpu_b{batch}"), &table.table())?;
+        if *batch == 1 {
+            let mut lines =
+                vec![("WGSL, chosen splits", "ours us"), ("WGSL, 1 split", "ours 1 split us")];
+            for (b, column) in backends.iter().zip(&peer_columns) {
+                if !b.starts_with("copy") && !b.starts_with("math") {
+                    lines.push((b.as_str(), column.as_str()));
+                }
+            }
+            let (legends, names): (Vec<&str>, Vec<&str>) = lines.into_iter().unzip();
+            latency = table.plot(latency, &legends, &names);
+            bandwidth = table.plot(bandwidth, &["WGSL, chosen splits"], &["ours GB/s"]);
+            let copy_line = table.column("ours GB/s").into_iter().map(|(x, _)| (x, copy / 1e9));
+            bandwidth = bandwidth.line("WGSL copy (read + write)", copy_line);
+        }
+    }
+    for (stem, plot) in [("decode_gpu", &latency), ("decode_bandwidth", &bandwidth)] {
+        figures.write_svg(stem, plot)?;
+    }
+    println!(
+        "\nWrote decode_gpu_b*.csv, decode_gpu.svg and decode_bandwidth.svg to {}",
+        figures.display()
+    );
+    Ok(())
+}
+
+/// Times layouts of the split kernel and numbers of splits on the longest batch-1 cache (each
+/// layout checked against the oracle first): what the defaults were chosen from.
+fn tune(gpu: &Gpu, timer: &GpuTimer, sizes: &Sizes) -> Result<(), String> {
+    let len = sizes.runs.iter().flat_map(|(_, lens)| lens.iter().copied()).max().unwrap_or(1);
+    let (q_heads, kv_heads, head_dim) = (sizes.q_heads, sizes.kv_heads, sizes.head_dim);
+    let spec = DecodeSpec {
+        q_heads,
+        kv_heads,
+        lens: vec![len],
+        q_len: 1,
+        head_dim,
+        causal: false,
+        seed: 1,
+    };
+    let p = DecodeProblem::random(&spec);
+    let cache = GpuCache::upload(&gpu.device, &p.contiguous(0).map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())?;
+    let expected = expected_f16(&p)?;
+    println!("Tuning at B = 1, {len} tokens ({} MB of cache):", cache.bytes_per_step() / 1_000_000);
+    println!("threads  key steps  value steps  splits       us    GB/s");
+    let shapes =
+        [(128, 2, 4), (128, 1, 4), (128, 1, 8), (256, 1, 4), (256, 2, 8), (64, 1, 4), (64, 2, 8)];
+    for (threads, key_steps, pv_steps) in shapes {
+        let shape = KernelShape { threads, key_steps, pv_steps };
+        for (i, splits) in [32, 64, 128, 256, 512, 1024].into_iter().enumerate() {
+            let call = DecodeCall::with_shape(
+                &gpu.device,
+                &cache,
+                &p.q,
+                &p.options(),
+                Some(splits),
+                shape,
+            );
+            let call = match call {
+                Ok(call) => call,
+                Err(e) => {
+                    println!("{threads:7}  {key_steps:9}  {pv_steps:11}  {splits:6}  not run: {e}");
+                    continue;
+                }
+            };
+            if i == 0 {
+                validate(gpu, &call, &p, &expected)?;
+            }
+            let seconds = time(|n| call.run(&gpu.device, &gpu.queue, Some(timer), n))
+                .map_err(|e| e.to_string())?;
+            let rate = cache.bytes_per_step() as f64 / seconds / 1e9;
+            println!(
+                "{threads:7}  {key_steps:9}  {pv_steps:11}  {splits:6}  {:7.1}  {rate:6.0}",
+                seconds * 1e6
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The oracle's answer for `p` on its f16-rounded cache, what the kernels compute with.
+fn expected_f16(p: &DecodeProblem) -> Result<Vec<Expected>, String> {
+    let keys: Vec<_> = p.keys.iter().map(round_to_f16).collect();
+    let values: Vec<_> = p.values.iter().map(round_to_f16).collect();
+    p.expected_with(&keys, &values)
+}
+
+/// Checks one call's answer against the f64 oracle on the f16-rounded cache, before timing it.
+fn validate(
+    gpu: &Gpu,
+    call: &DecodeCall,
+    p: &DecodeProblem,
+    expected: &[Expected],
+) -> Result<(), String> {
+    call.run(&gpu.device, &gpu.queue, None, 1).map_err(|e| e.to_string())?;
+    let out = call.read(&gpu.device, &gpu.queue).map_err(|e| e.to_string())?;
+    p.check_against(&out, Tolerance::F32, expected).map_err(|e| {
+        format!("{:?} with {} splits is wrong, not timing it: {e}", p.spec, call.splits())
+    })
+}
+
+/// Median GPU seconds of one call: `run(n)` runs it `n` times back to back and returns their
+/// GPU time. Warm-up for a fifth of a second, then 9 samples of at least 2 ms each.
+fn time(
+    mut run: impl FnMut(usize) -> Result<Option<f64>, AttentionError>,
+) -> Result<f64, AttentionError> {
+    let no_time = || AttentionError::from(gpu::GpuError::Lost("no GPU time".into()));
+    let once = run(1)?.ok_or_else(no_time)?;
+    let n = (2e-3 / once.max(1e-9)).ceil().clamp(1.0, 500.0) as usize;
+    let mut busy = 0.0;
+    while busy < 0.2 {
+        busy += run(n)?.ok_or_else(no_time)?;
+    }
+    let mut samples = Vec::new();
+    for _ in 0..9 {
+        samples.push(run(n)?.ok_or_else(no_time)? / n as f64);
+    }
+    samples.sort_by(f64::total_cmp);
+    Ok(samples[samples.len() / 2])
+}
+
+/// Bytes per second a WGSL kernel moves copying `bytes` from one buffer to another (read and
+/// write counted): the bandwidth this GPU gives a shader, measured in the same run.
+fn copy_bandwidth(gpu: &Gpu, timer: &GpuTimer, bytes: usize) -> Result<f64, AttentionError> {
+    let source = buffers::storage::<u32>(&gpu.device, "copy source", bytes / 4)?;
+    let destination = buffers::storage::<u32>(&gpu.device, "copy destination", bytes / 4)?;
+    let pipeline = compile(&gpu.device, "copy.wgsl", include_str!("copy.wgsl"), "copy", &[])?;
+    let bind_group = bind(&gpu.device, &pipeline, &[(0, &source), (1, &destination)])?;
+    let copy = [Dispatch { label: "copy", pipeline, bind_group, workgroups: [4096, 1, 1] }];
+    let seconds = time(|n| launch_repeated(&gpu.device, &gpu.queue, &copy, Some(timer), n))?;
+    Ok(2.0 * bytes as f64 / seconds)
+}

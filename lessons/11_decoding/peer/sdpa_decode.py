@@ -1,0 +1,126 @@
+"""PyTorch's CUDA attention for one decoding step (one new query per sequence over a KV cache
+of grouped heads), timed the way the course's decode benchmark times its own kernels: a warm-up,
+then calls back to back between two CUDA events (GPU time per call), the median of several such
+samples.
+
+    python3 sdpa_decode.py --kv-heads 8 --repeats 10 1,32,16384,128,0 8,32,4096,128,0
+
+Each argument is batch,heads,seq,head_dim,causal: `heads` query heads, `seq` tokens in every
+sequence's cache, one query per sequence (causal is ignored: the new token sees every cached
+key). Prints a first line "# torch VERSION, DEVICE", then CSV: the header
+batch,heads,seq,head_dim,causal,backend,seconds and one line per argument and backend, seconds
+being the median time of one call (nan where the backend cannot run the problem). The course's
+`bench::peer` reads the columns by their names.
+
+Backends, each given the grouped K/V heads as they are (`enable_gqa=True`, no copy):
+flash_fp16 (FlashAttention-2), efficient_fp16 and efficient_fp32 (the memory-efficient kernel),
+cudnn_fp16, math_fp16; flash_attn_kvcache_fp16 (the flash-attn package's
+flash_attn_with_kvcache, its split-KV decoding kernel) when that package is installed; and
+copy_fp16, the time to copy a tensor as large as the K and V cache once (reading and writing it),
+which gives the device's copy bandwidth measured in the same run. Exits with status 3 if torch
+or CUDA is missing.
+"""
+
+import argparse
+import statistics
+import sys
+
+try:
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+except ImportError:
+    print("torch is not installed (pip install torch)", file=sys.stderr)
+    sys.exit(3)
+
+try:
+    from flash_attn import flash_attn_with_kvcache
+except ImportError:
+    flash_attn_with_kvcache = None
+
+SDPA_BACKENDS = [
+    ("flash_fp16", SDPBackend.FLASH_ATTENTION, torch.float16),
+    ("efficient_fp16", SDPBackend.EFFICIENT_ATTENTION, torch.float16),
+    ("efficient_fp32", SDPBackend.EFFICIENT_ATTENTION, torch.float32),
+    ("cudnn_fp16", SDPBackend.CUDNN_ATTENTION, torch.float16),
+    ("math_fp16", SDPBackend.MATH, torch.float16),
+]
+
+
+def median_seconds(call, repeats, calls_per_sample):
+    """Median GPU seconds of one call, each sample `calls_per_sample` calls back to back."""
+    for _ in range(3):
+        call()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls_per_sample):
+            call()
+        end.record()
+        torch.cuda.synchronize()
+        samples.append(start.elapsed_time(end) * 1e-3 / calls_per_sample)
+    return statistics.median(samples)
+
+
+def sdpa_call(backend, dtype, b, h, kv_heads, n, d):
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    q = torch.randn(b, h, 1, d, device="cuda", dtype=dtype)
+    k = torch.randn(b, kv_heads, n, d, device="cuda", dtype=dtype)
+    v = torch.randn(b, kv_heads, n, d, device="cuda", dtype=dtype)
+
+    def call():
+        with sdpa_kernel(backend):
+            sdpa(q, k, v, enable_gqa=kv_heads != h)
+
+    return call
+
+
+def flash_attn_call(b, h, kv_heads, n, d):
+    # flash-attn's layout is [batch, seq, heads, head_dim].
+    q = torch.randn(b, 1, h, d, device="cuda", dtype=torch.float16)
+    k = torch.randn(b, n, kv_heads, d, device="cuda", dtype=torch.float16)
+    v = torch.randn(b, n, kv_heads, d, device="cuda", dtype=torch.float16)
+    lens = torch.full((b,), n, device="cuda", dtype=torch.int32)
+    return lambda: flash_attn_with_kvcache(q, k, v, cache_seqlens=lens)
+
+
+def copy_call(b, kv_heads, n, d):
+    source = torch.randn(2 * b * kv_heads * n * d, device="cuda", dtype=torch.float16)
+    target = torch.empty_like(source)
+    return lambda: target.copy_(source)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--kv-heads", type=int, required=True)
+    parser.add_argument("--calls", type=int, default=20, help="calls back to back per sample")
+    parser.add_argument("configs", nargs="+")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("CUDA is not available to torch", file=sys.stderr)
+        sys.exit(3)
+    print(f"# torch {torch.__version__}, {torch.cuda.get_device_name()}", flush=True)
+    print("batch,heads,seq,head_dim,causal,backend,seconds", flush=True)
+    for config in args.configs:
+        b, h, n, d, causal = (int(x) for x in config.split(","))
+        calls = [
+            (name, lambda backend=backend, dtype=dtype: sdpa_call(backend, dtype, b, h, args.kv_heads, n, d))
+            for name, backend, dtype in SDPA_BACKENDS
+        ]
+        if flash_attn_with_kvcache is not None:
+            calls.append(("flash_attn_kvcache_fp16", lambda: flash_attn_call(b, h, args.kv_heads, n, d)))
+        calls.append(("copy_fp16", lambda: copy_call(b, args.kv_heads, n, d)))
+        for name, make in calls:
+            try:
+                with torch.no_grad():
+                    seconds = median_seconds(make(), args.repeats, args.calls)
+            except (RuntimeError, torch.OutOfMemoryError):
+                seconds = float("nan")
+            torch.cuda.empty_cache()
+            print(f"{b},{h},{n},{d},{causal},{name},{seconds}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,352 @@
+// Flash-decoding in two kernels: attention of one new query per sequence over a KV cache
+// stored in f16, in blocks (PagedAttention's layout; a contiguous cache is one block per
+// sequence).
+//
+// 1. `split_partials`: one workgroup per (chunk of keys, group of query heads, sequence). It
+//    reads each key and value of its chunk once, for all ROWS query heads that share that K/V
+//    head (grouped-query attention), and writes each head's partial result over the chunk:
+//    O normalised over the chunk and its logsumexp, in log2 units.
+// 2. `merge_splits`: one workgroup per (query head, sequence) combines the partial results
+//    with the logsumexp merge of lesson 02.
+//
+// Inside a workgroup the chunk is walked in tiles of TILE keys, with the online softmax of
+// lesson 03 between tiles:
+//   scores    one thread per key: its dot products with the ROWS queries (q pre-scaled by
+//             scale * log2(e), so that exp2 gives e^score), kept in workgroup memory;
+//   max       a tree reduction over the threads gives each row's tile maximum, and each
+//             thread turns its keys' scores into weights p = 2^(s - m);
+//   P V       threads in a grid of PACKS x LANES: a thread owns 8 dimensions (one 16-byte
+//             pack of f16) and every LANES-th key, so neighbouring threads read neighbouring
+//             bytes of a value row; its 8 sums per row stay in registers until the end.
+// The lanes' sums are added once, when the chunk is done.
+
+struct DecodeParams {
+    q_heads: u32,       // Hq
+    kv_heads: u32,      // Hkv
+    group_size: u32,    // G = Hq / Hkv
+    block_size: u32,    // tokens per block of the pool
+    table_stride: u32,  // entries per sequence in block_table
+    splits: u32,        // chunks per sequence
+    scale_log2: f32,    // softmax scale * log2(e)
+    _unused: u32,
+}
+
+// Set by the host for each call (`lesson10::specialise`), then the loops marked `// unroll`
+// are unrolled (`lesson10::unroll`): every index into the arrays of a thread (m, l, acc, ...)
+// is then a constant, which keeps them in registers. Left as loops, the driver kept them in
+// local memory and the kernel read the cache at 3 to 11% of the copy bandwidth (measured on
+// an H100, 2026-11-25).
+const HEAD_DIM: u32 = 128u;  // D, padded to a multiple of 8 (the padding is zeros)
+const ROWS: u32 = 4u;        // query heads per workgroup, at most MAX_ROWS
+const THREADS: u32 = 128u;   // a power of two, at least HEAD_DIM / 8
+const TILE: u32 = 1024u;     // keys per tile: ROWS * TILE scores fit in `scores`
+
+const MAX_ROWS: u32 = 8u;
+const SCORES: u32 = 4096u;
+// A finite stand-in for -infinity (WGSL has no literal for it): exp2(x - NO_KEY) is 0 for any
+// score x, and no NaN arises from (-inf) - (-inf).
+const NO_KEY: f32 = -3.0e38;
+
+const PACKS: u32 = HEAD_DIM / 8u;   // 16-byte packs of 8 f16 in a row
+const KEY_STEPS: u32 = 2u;          // keys a thread scores at once (1 or 2)
+const PV_STEPS: u32 = 4u;           // values a thread loads at once
+const MERGE_STEPS: u32 = 4u;        // partial results a merging thread loads at once
+const LANES: u32 = THREADS / PACKS; // keys read side by side in the P V phase
+
+@group(0) @binding(0) var<uniform> params: DecodeParams;
+@group(0) @binding(1) var<storage, read> q: array<vec4<f32>>;            // [B, Hq, HEAD_DIM/4]
+@group(0) @binding(2) var<storage, read> k_pool: array<vec4<u32>>;       // [blocks, Hkv, block_size, PACKS]
+@group(0) @binding(3) var<storage, read> v_pool: array<vec4<u32>>;       // same
+@group(0) @binding(4) var<storage, read> block_table: array<u32>;        // [B, table_stride]
+@group(0) @binding(5) var<storage, read> lens: array<u32>;               // [B]
+@group(0) @binding(6) var<storage, read_write> partial_o: array<vec4<f32>>; // [B, Hq, splits, HEAD_DIM/4]
+@group(0) @binding(7) var<storage, read_write> partial_lse: array<f32>;     // [B, Hq, splits], log2 units
+
+var<workgroup> q_rows: array<vec4<f32>, ROWS * HEAD_DIM / 4u>;
+var<workgroup> scores: array<f32, SCORES>;             // [ROWS, TILE]
+var<workgroup> reduce: array<f32, THREADS * MAX_ROWS>; // a value per thread and row
+var<workgroup> lane_sums: array<vec4<f32>, THREADS * 2u>;
+
+// ANCHOR: token_address
+// Where token j of K/V head g of sequence b starts in the pool, in packs: the block table
+// gives the block, j % block_size the slot.
+fn token_address(b: u32, g: u32, j: u32) -> u32 {
+    let block = block_table[b * params.table_stride + j / params.block_size];
+    return ((block * params.kv_heads + g) * params.block_size + j % params.block_size) * PACKS;
+}
+// ANCHOR_END: token_address
+
+// The 8 f16 of a pack as two vec4<f32>.
+fn low_half(pack: vec4<u32>) -> vec4<f32> {
+    return vec4<f32>(unpack2x16float(pack.x), unpack2x16float(pack.y));
+}
+fn high_half(pack: vec4<u32>) -> vec4<f32> {
+    return vec4<f32>(unpack2x16float(pack.z), unpack2x16float(pack.w));
+}
+
+@compute @workgroup_size(THREADS)
+fn split_partials(
+    @builtin(local_invocation_index) tid: u32,
+    @builtin(workgroup_id) wg: vec3<u32>,
+) {
+    let split = wg.x;
+    let g = wg.y / (params.group_size / ROWS);                     // K/V head
+    let first_head = g * params.group_size + (wg.y % (params.group_size / ROWS)) * ROWS;
+    let b = wg.z;
+    let len = lens[b];
+    let chunk = (len + params.splits - 1u) / params.splits;
+    let start = min(split * chunk, len);
+    let end = min(start + chunk, len);
+
+    // This workgroup's queries, scaled so that exp2(q.k) = e^(scale q.k).
+    for (var i = tid; i < ROWS * HEAD_DIM / 4u; i += THREADS) {
+        let row = i / (HEAD_DIM / 4u);
+        q_rows[i] = q[(b * params.q_heads + first_head + row) * (HEAD_DIM / 4u) + i % (HEAD_DIM / 4u)] * params.scale_log2;
+    }
+    workgroupBarrier();
+
+    let pack = tid % PACKS;
+    let lane = tid / PACKS;
+    var m: array<f32, MAX_ROWS>;            // running maximum of each row (log2 units)
+    var l: array<f32, MAX_ROWS>;            // this thread's keys' running sum of exp2(s - m)
+    var acc: array<vec4<f32>, 16>;          // this thread's 8 dims of each row: [row * 2 + half]
+    // unroll
+    for (var r = 0u; r < ROWS; r++) {
+        m[r] = NO_KEY;
+        l[r] = 0.0;
+        acc[2u * r] = vec4<f32>(0.0);
+        acc[2u * r + 1u] = vec4<f32>(0.0);
+    }
+
+    for (var tile = start; tile < end; tile += TILE) {
+        let n = min(TILE, end - tile);
+        // ANCHOR: scores
+        // Scores: one key per thread, its dot product with every row.
+        var tile_max: array<f32, MAX_ROWS>;
+        // unroll
+        for (var r = 0u; r < ROWS; r++) {
+            tile_max[r] = NO_KEY;
+        }
+        for (var t0 = tid; t0 < n; t0 += KEY_STEPS * THREADS) {
+            // KEY_STEPS keys at once (the last ones clamped to the tile and not stored), so
+            // that their loads are in flight together.
+            var keys: array<u32, KEY_STEPS>;
+            // unroll
+            for (var u = 0u; u < KEY_STEPS; u++) {
+                keys[u] = token_address(b, g, tile + min(t0 + u * THREADS, n - 1u));
+            }
+            var dots: array<f32, 16>; // [u * MAX_ROWS + r]
+            // unroll
+            for (var p = 0u; p < PACKS; p++) {
+                // unroll
+                for (var u = 0u; u < KEY_STEPS; u++) {
+                    let k8 = k_pool[keys[u] + p];
+                    let lo = low_half(k8);
+                    let hi = high_half(k8);
+                    // unroll
+                    for (var r = 0u; r < ROWS; r++) {
+                        let at = r * (HEAD_DIM / 4u) + 2u * p;
+                        dots[u * MAX_ROWS + r] += dot(q_rows[at], lo) + dot(q_rows[at + 1u], hi);
+                    }
+                }
+            }
+            // unroll
+            for (var u = 0u; u < KEY_STEPS; u++) {
+                let t = t0 + u * THREADS;
+                if t < n {
+                    // unroll
+                    for (var r = 0u; r < ROWS; r++) {
+                        scores[r * TILE + t] = dots[u * MAX_ROWS + r];
+                        tile_max[r] = max(tile_max[r], dots[u * MAX_ROWS + r]);
+                    }
+                }
+            }
+        }
+        // ANCHOR_END: scores
+        // Each row's maximum over the tile: a tree over the threads.
+        // unroll
+        for (var r = 0u; r < ROWS; r++) {
+            reduce[r * THREADS + tid] = tile_max[r];
+        }
+        workgroupBarrier();
+        for (var stride = THREADS / 2u; stride > 0u; stride /= 2u) {
+            if tid < stride {
+                // unroll
+                for (var r = 0u; r < ROWS; r++) {
+                    let i = r * THREADS + tid;
+                    reduce[i] = max(reduce[i], reduce[i + stride]);
+                }
+            }
+            workgroupBarrier();
+        }
+        // The online softmax: rescale what was summed under the old maximum.
+        // unroll
+        for (var r = 0u; r < ROWS; r++) {
+            let new_max = max(m[r], reduce[r * THREADS]);
+            let rescale = exp2(m[r] - new_max);
+            m[r] = new_max;
+            l[r] *= rescale;
+            acc[2u * r] *= rescale;
+            acc[2u * r + 1u] *= rescale;
+        }
+        // Weights: each thread turns its own keys' scores into p = 2^(s - m), once.
+        for (var t = tid; t < n; t += THREADS) {
+            // unroll
+            for (var r = 0u; r < ROWS; r++) {
+                let p = exp2(scores[r * TILE + t] - m[r]);
+                scores[r * TILE + t] = p;
+                l[r] += p;
+            }
+        }
+        workgroupBarrier();
+        // ANCHOR: weighted_values
+        // P V: this thread's 8 dims, over every LANES-th key of the tile.
+        if lane < LANES {
+            for (var t0 = lane; t0 < n; t0 += PV_STEPS * LANES) {
+                // PV_STEPS values loaded at once (the last ones clamped, weighted 0).
+                var values: array<vec4<u32>, PV_STEPS>;
+                // unroll
+                for (var u = 0u; u < PV_STEPS; u++) {
+                    values[u] = v_pool[token_address(b, g, tile + min(t0 + u * LANES, n - 1u)) + pack];
+                }
+                // unroll
+                for (var u = 0u; u < PV_STEPS; u++) {
+                    let t = t0 + u * LANES;
+                    let lo = low_half(values[u]);
+                    let hi = high_half(values[u]);
+                    // unroll
+                    for (var r = 0u; r < ROWS; r++) {
+                        let p = select(0.0, scores[r * TILE + min(t, n - 1u)], t < n);
+                        acc[2u * r] += p * lo;
+                        acc[2u * r + 1u] += p * hi;
+                    }
+                }
+            }
+        }
+        // ANCHOR_END: weighted_values
+        workgroupBarrier(); // scores and reduce are rewritten by the next tile
+    }
+
+    // Each row's sum of weights: a tree over the threads.
+    // unroll
+    for (var r = 0u; r < ROWS; r++) {
+        reduce[r * THREADS + tid] = l[r];
+    }
+    workgroupBarrier();
+    for (var stride = THREADS / 2u; stride > 0u; stride /= 2u) {
+        if tid < stride {
+            // unroll
+            for (var r = 0u; r < ROWS; r++) {
+                let i = r * THREADS + tid;
+                reduce[i] += reduce[i + stride];
+            }
+        }
+        workgroupBarrier();
+    }
+    // Add the lanes' sums, one row at a time, and write the row's partial result.
+    // unroll
+    for (var r = 0u; r < ROWS; r++) {
+        lane_sums[2u * tid] = acc[2u * r];
+        lane_sums[2u * tid + 1u] = acc[2u * r + 1u];
+        workgroupBarrier();
+        if tid < PACKS {
+            var lo = vec4<f32>(0.0);
+            var hi = vec4<f32>(0.0);
+            for (var i = 0u; i < LANES; i++) {
+                lo += lane_sums[2u * (i * PACKS + tid)];
+                hi += lane_sums[2u * (i * PACKS + tid) + 1u];
+            }
+            let sum = reduce[r * THREADS];
+            let slot = (b * params.q_heads + first_head + r) * params.splits + split;
+            let inverse = select(0.0, 1.0 / sum, sum > 0.0);
+            partial_o[slot * (HEAD_DIM / 4u) + 2u * tid] = lo * inverse;
+            partial_o[slot * (HEAD_DIM / 4u) + 2u * tid + 1u] = hi * inverse;
+            if tid == 0u {
+                partial_lse[slot] = select(NO_KEY, m[r] + log2(sum), sum > 0.0);
+            }
+        }
+        workgroupBarrier();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The merge: O = sum_s 2^(L_s - L) O_s with L = log2 sum_s 2^(L_s), then L in natural units.
+// The splits are spread over the threads: a tree gives the largest L_s and the sum of the
+// weights, then each thread sums every MERGE_LANES-th split of one vec4 of O.
+
+@group(0) @binding(8) var<storage, read_write> out_o: array<vec4<f32>>; // [B, Hq, HEAD_DIM/4]
+@group(0) @binding(9) var<storage, read_write> out_lse: array<f32>;     // [B, Hq]
+
+const MERGE_THREADS: u32 = 128u;
+const MAX_SPLITS: u32 = 1024u;
+const MERGE_LANES: u32 = MERGE_THREADS / (HEAD_DIM / 4u);
+
+var<workgroup> weights: array<f32, MAX_SPLITS>;
+var<workgroup> merge_reduce: array<f32, MERGE_THREADS>;
+var<workgroup> merge_sums: array<vec4<f32>, MERGE_THREADS>;
+
+@compute @workgroup_size(MERGE_THREADS)
+fn merge_splits(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let row = wg.y * params.q_heads + wg.x; // (sequence, query head)
+    let first = row * params.splits;
+    var largest = NO_KEY;
+    for (var s = tid; s < params.splits; s += MERGE_THREADS) {
+        largest = max(largest, partial_lse[first + s]);
+    }
+    merge_reduce[tid] = largest;
+    workgroupBarrier();
+    for (var stride = MERGE_THREADS / 2u; stride > 0u; stride /= 2u) {
+        if tid < stride {
+            merge_reduce[tid] = max(merge_reduce[tid], merge_reduce[tid + stride]);
+        }
+        workgroupBarrier();
+    }
+    largest = merge_reduce[0];
+    workgroupBarrier();
+    var total = 0.0;
+    for (var s = tid; s < params.splits; s += MERGE_THREADS) {
+        let w = exp2(partial_lse[first + s] - largest);
+        weights[s] = w;
+        total += w;
+    }
+    merge_reduce[tid] = total;
+    workgroupBarrier();
+    for (var stride = MERGE_THREADS / 2u; stride > 0u; stride /= 2u) {
+        if tid < stride {
+            merge_reduce[tid] += merge_reduce[tid + stride];
+        }
+        workgroupBarrier();
+    }
+    total = merge_reduce[0];
+    let i = tid % (HEAD_DIM / 4u);
+    let lane = tid / (HEAD_DIM / 4u);
+    var o = vec4<f32>(0.0);
+    if lane < MERGE_LANES {
+        for (var s0 = lane; s0 < params.splits; s0 += MERGE_STEPS * MERGE_LANES) {
+            var parts: array<vec4<f32>, MERGE_STEPS>;
+            // unroll
+            for (var u = 0u; u < MERGE_STEPS; u++) {
+                let s = min(s0 + u * MERGE_LANES, params.splits - 1u);
+                parts[u] = partial_o[(first + s) * (HEAD_DIM / 4u) + i];
+            }
+            // unroll
+            for (var u = 0u; u < MERGE_STEPS; u++) {
+                let s = s0 + u * MERGE_LANES;
+                o += select(0.0, weights[min(s, params.splits - 1u)], s < params.splits) * parts[u];
+            }
+        }
+    }
+    merge_sums[tid] = o;
+    workgroupBarrier();
+    if tid < HEAD_DIM / 4u {
+        var sum = vec4<f32>(0.0);
+        for (var k = 0u; k < MERGE_LANES; k++) {
+            sum += merge_sums[k * (HEAD_DIM / 4u) + tid];
+        }
+        out_o[row * (HEAD_DIM / 4u) + tid] = sum / total;
+    }
+    if tid == 0u {
+        // log2 -> natural log; -inf (built from its bits) if no split saw a key
+        out_lse[row] = select(bitcast<f32>(0xff800000u), (largest + log2(total)) * 0.6931471805599453, largest > NO_KEY);
+    }
+}

@@ -1,0 +1,454 @@
+//! Flash-decoding in WGSL over an f16 cache: the host side of `decode.wgsl`.
+//!
+//! [`GpuCache::upload`] copies any cache ([`KeyValues`]) to the GPU as a pool of f16 blocks
+//! and its block tables (a contiguous cache is one block per sequence). [`DecodeCall`]
+//! prepares the two dispatches for one new query per sequence, and [`decode_on`] runs them:
+//!
+//! 1. `split_partials`, a grid of `splits x (Hkv G / rows) x B` workgroups, each reading one
+//!    chunk of one sequence's keys and values once for `rows` query heads of a group;
+//! 2. `merge_splits`, `Hq x B` workgroups, each merging one row's partial results.
+//!
+//! Decoding reads the whole cache and computes little with each byte: about one FLOP per
+//! byte for MHA in f16. Its speed limit is the memory bandwidth, and the work must be spread
+//! over enough workgroups to keep every memory channel busy ([`gpu_splits`]).
+
+use bytemuck::{Pod, Zeroable};
+use gpu::GpuTimer;
+use gpu::buffers::{self, upload};
+use gpu::kernel::{
+    Dispatch, bind, check_loop_iterations, compile, launch_repeated, workgroup_count,
+};
+use half::f16;
+use ndarray::{Array3, Array4, s};
+use reference::{AttentionError, AttentionOptions, AttentionOutput};
+
+use crate::cache::{CacheShape, KeyValues, cache_error};
+use crate::decode::check_decode;
+
+/// The WGSL source of both kernels.
+pub const SHADER: &str = include_str!("decode.wgsl");
+
+/// The largest head dimension the kernel takes (`ROWS * D` queries must fit beside the
+/// scores in 32 KiB of workgroup memory).
+pub const MAX_HEAD_DIM: usize = 256;
+/// Query heads one workgroup serves at most (`MAX_ROWS` in the shader).
+const MAX_ROWS: usize = 8;
+/// Scores one workgroup holds (`SCORES`): a tile is `SCORES / rows` keys.
+const SCORES: usize = 4096;
+/// How `split_partials` is laid out: threads per workgroup (a power of two, at least `D / 8`),
+/// keys each thread scores at once, values each thread loads at once. The benchmark's `--tune`
+/// tries several on a real GPU; [`KernelShape::for_device`] picks the best that fits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelShape {
+    /// `THREADS`
+    pub threads: usize,
+    /// `KEY_STEPS`
+    pub key_steps: usize,
+    /// `PV_STEPS`
+    pub pv_steps: usize,
+}
+
+impl Default for KernelShape {
+    /// 128 threads, 2 keys and 4 values at once: fits in lavapipe's 32 KiB of workgroup memory.
+    fn default() -> Self {
+        Self { threads: 128, key_steps: 2, pv_steps: 4 }
+    }
+}
+
+impl KernelShape {
+    /// The fastest shape `--tune` found on an H100 (2026-11-25, B = 1, 128K tokens, Hq = 32,
+    /// Hkv = 8, D = 128: 1890 GB/s against 1370 for the default), 256 threads, 2 keys and 8
+    /// values at once, where the device's workgroup memory holds it; else the default.
+    pub fn for_device(device: &wgpu::Device, padded_dim: usize, rows: usize) -> Self {
+        let tuned = Self { threads: 256, key_steps: 2, pv_steps: 8 };
+        let limit = device.limits().max_compute_workgroup_storage_size as usize;
+        if tuned.threads >= padded_dim / 8 && workgroup_bytes(tuned, padded_dim, rows) <= limit {
+            tuned
+        } else {
+            Self::default()
+        }
+    }
+}
+
+/// Bytes of workgroup memory `split_partials` takes: the queries, the scores, a value per
+/// thread and row for the reductions, and 8 sums per thread.
+fn workgroup_bytes(kernel: KernelShape, padded_dim: usize, rows: usize) -> usize {
+    4 * (rows * padded_dim + SCORES + kernel.threads * MAX_ROWS + kernel.threads * 8)
+}
+/// The most chunks per sequence `merge_splits` merges (`MAX_SPLITS`: their weights are kept in
+/// workgroup memory).
+pub const MAX_SPLITS: usize = 1024;
+
+// ANCHOR: gpu_splits
+/// Workgroups the split kernel aims to launch: enough to give every multiprocessor of a large
+/// GPU several (an H100 has 132), so that while some wait for memory others compute; no more,
+/// as each chunk costs a partial result to write and merge. Measured on an H100 (B = 1, 128K
+/// tokens, 8 K/V heads, 256 threads): 256 to 512 workgroups 285 us, 1024 300 us, 4096 520 us.
+pub const TARGET_WORKGROUPS: usize = 512;
+/// The fewest keys worth a chunk: below this, the partial result each chunk writes and the
+/// merge reads (`D` floats) is no longer small against the chunk's `2 D` halves per key.
+pub const MIN_GPU_CHUNK: usize = 64;
+
+/// Splits per sequence on the GPU: enough chunks for [`TARGET_WORKGROUPS`] workgroups in all,
+/// but no chunk shorter than [`MIN_GPU_CHUNK`] keys of the longest sequence. Many sequences
+/// or heads need no split; one long sequence with few K/V heads needs many.
+pub fn gpu_splits(workgroups_per_chunk: usize, longest: usize) -> usize {
+    let wanted = TARGET_WORKGROUPS.div_ceil(workgroups_per_chunk.max(1));
+    wanted.min(longest.div_ceil(MIN_GPU_CHUNK)).clamp(1, MAX_SPLITS)
+}
+// ANCHOR_END: gpu_splits
+
+/// Query heads per workgroup for a group of `group_size` heads: the largest divisor of `G`
+/// that is at most [`MAX_ROWS`] and whose queries (`rows x D` floats) take at most a quarter
+/// of the workgroup memory. The heads of a group in one workgroup share every key it reads.
+pub fn rows_per_workgroup(group_size: usize, padded_dim: usize) -> usize {
+    let most = MAX_ROWS.min(2048 / padded_dim).max(1);
+    (1..=most).rev().find(|r| group_size.is_multiple_of(*r)).unwrap_or(1)
+}
+
+/// `D` rounded up to a whole number of 16-byte packs of 8 halves (the padding is zeros, which
+/// change no dot product).
+fn padded(head_dim: usize) -> usize {
+    head_dim.next_multiple_of(8)
+}
+
+/// A cache on the GPU: its pool of blocks in f16 (keys, values), the block tables and the
+/// lengths, and the shape a decoding call is checked against.
+pub struct GpuCache {
+    keys: wgpu::Buffer,
+    values: wgpu::Buffer,
+    tables: wgpu::Buffer,
+    lens: wgpu::Buffer,
+    shape: CacheShape,
+    block_size: usize,
+    table_stride: usize,
+}
+
+impl GpuCache {
+    /// Copies `cache` to the GPU, rounding keys and values to f16 (round to nearest even, as
+    /// `half` does); an error if its block tables are broken ([`crate::Blocks::check`]), its
+    /// head dim is beyond [`MAX_HEAD_DIM`], or a buffer is beyond the device's limits.
+    pub fn upload(device: &wgpu::Device, cache: &impl KeyValues) -> Result<Self, AttentionError> {
+        let (kv_heads, head_dim) = (cache.kv_heads(), cache.head_dim());
+        if head_dim > MAX_HEAD_DIM {
+            return Err(AttentionError::UnsupportedHeadDim { head_dim, max: MAX_HEAD_DIM });
+        }
+        let blocks = cache.blocks();
+        blocks.check(kv_heads, head_dim)?;
+        let table_stride = blocks.tables.iter().map(Vec::len).max().unwrap_or(0).max(1);
+        let mut tables = vec![0u32; blocks.tables.len() * table_stride];
+        for (row, table) in tables.chunks_mut(table_stride).zip(&blocks.tables) {
+            row.iter_mut().zip(table).for_each(|(to, &block)| *to = block as u32);
+        }
+        let lens: Vec<u32> = blocks.lens.iter().map(|&n| n as u32).collect();
+        Ok(Self {
+            keys: upload(device, "the cache's keys (f16)", &to_f16_rows(blocks.keys, head_dim))?,
+            values: upload(
+                device,
+                "the cache's values (f16)",
+                &to_f16_rows(blocks.values, head_dim),
+            )?,
+            tables: upload(device, "block tables", &tables)?,
+            lens: upload(device, "sequence lengths", &lens)?,
+            shape: cache.shape(),
+            block_size: blocks.block_size,
+            table_stride,
+        })
+    }
+
+    /// Bytes of keys and values the kernel reads for one decoding step: every token of every
+    /// sequence, `2 Hkv D` halves each (`D` padded to a multiple of 8).
+    pub fn bytes_per_step(&self) -> u64 {
+        let tokens: usize = self.shape.lens.iter().sum();
+        (tokens * 2 * self.shape.kv_heads * padded(self.shape.head_dim) * 2) as u64
+    }
+}
+
+/// Rows of `head_dim` f32 as rows of `padded(head_dim)` f16, two to a `u32` (the lower half
+/// first, as WGSL's `unpack2x16float` reads them).
+fn to_f16_rows(values: &[f32], head_dim: usize) -> Vec<u32> {
+    let width = padded(head_dim);
+    let mut halves = vec![0u16; values.len() / head_dim * width];
+    for (to, from) in halves.chunks_mut(width).zip(values.chunks(head_dim)) {
+        to.iter_mut().zip(from).for_each(|(h, &x)| *h = f16::from_f32(x).to_bits());
+    }
+    halves.chunks(2).map(|pair| u32::from(pair[0]) | (u32::from(pair[1]) << 16)).collect()
+}
+
+/// `x` rounded to f16 and back: the keys and values the kernel computes with, for the oracle.
+pub fn round_to_f16(x: &Array3<f32>) -> Array3<f32> {
+    x.mapv(|v| f16::from_f32(v).to_f32())
+}
+
+/// The shader's uniform (`DecodeParams` in `decode.wgsl`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+struct Params {
+    q_heads: u32,
+    kv_heads: u32,
+    group_size: u32,
+    block_size: u32,
+    table_stride: u32,
+    splits: u32,
+    scale_log2: f32,
+    unused: u32,
+}
+
+/// One decoding step prepared on a device: the query uploaded, the outputs allocated, both
+/// kernels compiled and bound. [`DecodeCall::run`] may be called many times (a benchmark).
+pub struct DecodeCall {
+    dispatches: [Dispatch; 2],
+    out_o: wgpu::Buffer,
+    out_lse: wgpu::Buffer,
+    dims: (usize, usize, usize),
+    splits: usize,
+}
+
+impl DecodeCall {
+    /// Prepares the attention of `q [B, Hq, 1, D]`, one new token per sequence already
+    /// appended to `cache`, over every token of its sequence. `splits` chunks per sequence, or
+    /// [`gpu_splits`]'s choice when `None`. Errors: those of [`check_decode`], more than one
+    /// new token per sequence, 0 splits, the device's limits.
+    pub fn new(
+        device: &wgpu::Device,
+        cache: &GpuCache,
+        q: &Array4<f32>,
+        options: &AttentionOptions,
+        splits: Option<usize>,
+    ) -> Result<Self, AttentionError> {
+        let (padded_dim, kv_heads) = (padded(cache.shape.head_dim), cache.shape.kv_heads);
+        let rows = rows_per_workgroup(q.dim().1 / kv_heads.max(1), padded_dim);
+        let kernel = KernelShape::for_device(device, padded_dim, rows);
+        Self::with_shape(device, cache, q, options, splits, kernel)
+    }
+
+    /// [`DecodeCall::new`] with another layout of the split kernel; an error if its
+    /// workgroup memory is beyond the device's limit or its threads are not a power of two
+    /// of at least `D / 8`.
+    pub fn with_shape(
+        device: &wgpu::Device,
+        cache: &GpuCache,
+        q: &Array4<f32>,
+        options: &AttentionOptions,
+        splits: Option<usize>,
+        kernel: KernelShape,
+    ) -> Result<Self, AttentionError> {
+        let (shape, scale) = check_decode(&cache.shape, q, options)?;
+        if shape.q_len != 1 {
+            let found = format!("{} new tokens per sequence", shape.q_len);
+            let expected =
+                "one (a generation step); prefill with the CPU decode or a forward kernel";
+            return Err(cache_error("decoding on the GPU", found, expected));
+        }
+        let (batch, q_heads, d) = (shape.batch, shape.groups.q_heads(), padded(shape.head_dim));
+        let group = shape.groups.group_size();
+        let rows = rows_per_workgroup(group, d);
+        check_kernel_shape(device, kernel, d, rows)?;
+        let per_chunk = batch * shape.groups.kv_heads() * (group / rows);
+        let longest = cache.shape.lens.iter().copied().max().unwrap_or(0);
+        let splits = splits.unwrap_or_else(|| gpu_splits(per_chunk, longest));
+        if splits == 0 || splits > MAX_SPLITS {
+            let found = format!("{splits} splits");
+            let expected = format!("at least 1 split of the keys and at most {MAX_SPLITS}");
+            return Err(cache_error("decoding on the GPU", found, &expected));
+        }
+        let tile = SCORES / rows;
+        let chunk = longest.div_ceil(splits);
+        let iterations = loop_iterations(chunk, tile, rows, d, kernel.threads);
+        check_loop_iterations(device, "split_partials", iterations)?;
+
+        let mut queries = Array4::<f32>::zeros((batch, q_heads, 1, d));
+        queries.slice_mut(s![.., .., .., ..shape.head_dim]).assign(q);
+        let q_buffer = upload(device, "queries", queries.as_slice().expect("standard layout"))?;
+        let rows_out = batch * q_heads;
+        let partial_o = buffers::storage::<f32>(device, "partial O", rows_out * splits * d)?;
+        let partial_lse = buffers::storage::<f32>(device, "partial L", rows_out * splits)?;
+        let out_o = buffers::storage::<f32>(device, "O", rows_out * d)?;
+        let out_lse = buffers::storage::<f32>(device, "L", rows_out)?;
+        let params = Params {
+            q_heads: q_heads as u32,
+            kv_heads: shape.groups.kv_heads() as u32,
+            group_size: group as u32,
+            block_size: cache.block_size as u32,
+            table_stride: cache.table_stride as u32,
+            splits: splits as u32,
+            scale_log2: scale * std::f32::consts::LOG2_E,
+            unused: 0,
+        };
+        let params = buffers::uniform(device, "decode parameters", &params);
+
+        let source = kernel_source_with(d, rows, kernel)?;
+        let split_kernel = compile(device, "decode.wgsl", &source, "split_partials", &[])?;
+        let merge_kernel = compile(device, "decode.wgsl", &source, "merge_splits", &[])?;
+        let split = Dispatch {
+            label: "split_partials",
+            bind_group: bind(
+                device,
+                &split_kernel,
+                &[
+                    (0, &params),
+                    (1, &q_buffer),
+                    (2, &cache.keys),
+                    (3, &cache.values),
+                    (4, &cache.tables),
+                    (5, &cache.lens),
+                    (6, &partial_o),
+                    (7, &partial_lse),
+                ],
+            )?,
+            pipeline: split_kernel,
+            workgroups: [
+                workgroup_count(splits),
+                workgroup_count(shape.groups.kv_heads() * group / rows),
+                workgroup_count(batch),
+            ],
+        };
+        let merge = Dispatch {
+            label: "merge_splits",
+            bind_group: bind(
+                device,
+                &merge_kernel,
+                &[(0, &params), (6, &partial_o), (7, &partial_lse), (8, &out_o), (9, &out_lse)],
+            )?,
+            pipeline: merge_kernel,
+            workgroups: [workgroup_count(q_heads), workgroup_count(batch), 1],
+        };
+        let dims = (batch, q_heads, shape.head_dim);
+        Ok(Self { dispatches: [split, merge], out_o, out_lse, dims, splits })
+    }
+
+    /// The chunks each sequence's keys were split into.
+    pub fn splits(&self) -> usize {
+        self.splits
+    }
+
+    /// Runs both kernels `times` times back to back; with a timer, the GPU time of all of them.
+    pub fn run(
+        &self,
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+        timer: Option<&GpuTimer>,
+        times: usize,
+    ) -> Result<Option<f64>, AttentionError> {
+        launch_repeated(device, queue, &self.dispatches, timer, times)
+    }
+
+    /// [`DecodeCall::run`] without the merge: the benchmark's measure of what merging costs.
+    pub fn run_partials_only(
+        &self,
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+        timer: Option<&GpuTimer>,
+        times: usize,
+    ) -> Result<Option<f64>, AttentionError> {
+        launch_repeated(device, queue, &self.dispatches[..1], timer, times)
+    }
+
+    /// The last run's `O [B, Hq, 1, D]` and `L [B, Hq, 1]`.
+    pub fn read(
+        &self,
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+    ) -> Result<AttentionOutput<f32>, AttentionError> {
+        let (batch, heads, d) = self.dims;
+        let o: Vec<f32> = buffers::download(device, queue, &self.out_o)?;
+        let lse: Vec<f32> = buffers::download(device, queue, &self.out_lse)?;
+        let o = Array4::from_shape_vec((batch, heads, 1, padded(d)), o).expect("sized above");
+        Ok(AttentionOutput {
+            o: o.slice(s![.., .., .., ..d]).to_owned(),
+            lse: ndarray::Array3::from_shape_vec((batch, heads, 1), lse).expect("sized above"),
+        })
+    }
+}
+
+/// [`DecodeCall::new`], run once, read back.
+pub fn decode_on(
+    device: &wgpu::Device,
+    queue: &wgpu::Queue,
+    cache: &GpuCache,
+    q: &Array4<f32>,
+    options: &AttentionOptions,
+    splits: Option<usize>,
+) -> Result<AttentionOutput<f32>, AttentionError> {
+    let call = DecodeCall::new(device, cache, q, options, splits)?;
+    call.run(device, queue, None, 1)?;
+    call.read(device, queue)
+}
+
+/// [`SHADER`] for a padded head dim and `rows` query heads per workgroup: its sizes set as
+/// constants and its loops over rows and packs unrolled (every index into a thread's arrays a
+/// constant, so that they stay in registers).
+pub fn kernel_source(padded_dim: usize, rows: usize) -> Result<String, AttentionError> {
+    kernel_source_with(padded_dim, rows, KernelShape::default())
+}
+
+/// [`kernel_source`] with another layout of the split kernel.
+pub fn kernel_source_with(
+    padded_dim: usize,
+    rows: usize,
+    kernel: KernelShape,
+) -> Result<String, AttentionError> {
+    let constants = [
+        ("HEAD_DIM", padded_dim),
+        ("ROWS", rows),
+        ("THREADS", kernel.threads),
+        ("TILE", SCORES / rows),
+        ("KEY_STEPS", kernel.key_steps),
+        ("PV_STEPS", kernel.pv_steps),
+    ];
+    lesson10::unroll(&lesson10::specialise(SHADER, &constants)?)
+}
+
+/// Whether `kernel` fits the shader and the device: threads a power of two from `D / 8` to
+/// 1024, steps from 1 to 2 (keys; the shader's `dots` holds two keys' rows) and 1 to 16
+/// (values), workgroup memory within the device's limit.
+fn check_kernel_shape(
+    device: &wgpu::Device,
+    kernel: KernelShape,
+    padded_dim: usize,
+    rows: usize,
+) -> Result<(), AttentionError> {
+    let KernelShape { threads, key_steps, pv_steps } = kernel;
+    let fits = threads.is_power_of_two()
+        && (padded_dim / 8..=1024).contains(&threads)
+        && (1..=2).contains(&key_steps)
+        && (1..=16).contains(&pv_steps);
+    if !fits {
+        return Err(gpu::GpuError::KernelMisuse(format!(
+            "{kernel:?} for D = {padded_dim}: expected threads a power of two from D / 8 to \
+             1024, 1 or 2 key steps, 1 to 16 value steps"
+        ))
+        .into());
+    }
+    let bytes = workgroup_bytes(kernel, padded_dim, rows) as u64;
+    let limit = u64::from(device.limits().max_compute_workgroup_storage_size);
+    if bytes > limit {
+        return Err(gpu::GpuError::ExceedsDeviceLimit {
+            what: format!("split_partials with {threads} threads, workgroup memory"),
+            needed: bytes,
+            limit,
+            limit_name: "max_compute_workgroup_storage_size",
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// Loop iterations one invocation of `split_partials` runs over a chunk of `chunk` keys, for
+/// lavapipe's limit (an over-count: every loop is counted, unrolled or not).
+fn loop_iterations(
+    chunk: usize,
+    tile: usize,
+    rows: usize,
+    padded_dim: usize,
+    threads: usize,
+) -> u64 {
+    let (packs, lanes) = (padded_dim / 8, threads / (padded_dim / 8));
+    let tiles = chunk.div_ceil(tile).max(1);
+    let keys = chunk.min(tile);
+    let per_tile = keys.div_ceil(threads) * (packs * (rows + 1) + 2 * rows + 1)
+        + 8 * rows
+        + keys.div_ceil(lanes) * rows
+        + 4 * rows;
+    (tiles * per_tile + rows * (lanes + threads + 4) + 2 * rows) as u64
+}

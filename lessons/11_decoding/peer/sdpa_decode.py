@@ -19,11 +19,17 @@ flash_attn_with_kvcache, its split-KV decoding kernel) when that package is inst
 copy_fp16, the time to copy a tensor as large as the K and V cache once (reading and writing it),
 which gives the device's copy bandwidth measured in the same run. Exits with status 3 if torch
 or CUDA is missing.
+
+With --device cpu: PyTorch's CPU attention instead (backend cpu_fp32, all of torch's threads,
+wall clock around calls back to back; cpu_fp32_expanded_kv where this torch's CPU attention
+refuses grouped heads and K and V are repeated to the query heads first) and copy_fp32, a copy
+of an f32 tensor the size of the cache.
 """
 
 import argparse
 import statistics
 import sys
+import time
 
 try:
     import torch
@@ -85,6 +91,37 @@ def flash_attn_call(b, h, kv_heads, n, d):
     return lambda: flash_attn_with_kvcache(q, k, v, cache_seqlens=lens)
 
 
+def median_cpu_seconds(call, repeats, calls_per_sample):
+    """Median wall seconds of one call on the CPU, each sample calls back to back."""
+    for _ in range(3):
+        call()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls_per_sample):
+            call()
+        samples.append((time.perf_counter() - start) / calls_per_sample)
+    return statistics.median(samples)
+
+
+def cpu_calls(b, h, kv_heads, n, d):
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    q = torch.randn(b, h, 1, d)
+    k = torch.randn(b, kv_heads, n, d)
+    v = torch.randn(b, kv_heads, n, d)
+    source = torch.randn(2 * b * kv_heads * n * d)
+    target = torch.empty_like(source)
+    attend = ("cpu_fp32", lambda: sdpa(q, k, v, enable_gqa=kv_heads != h))
+    try:
+        attend[1]()
+    except RuntimeError:
+        # This torch's CPU attention refuses grouped heads: repeat them first (outside the
+        # timing), so that it reads G times the bytes; named apart so that no one mistakes it.
+        k, v = (x.repeat_interleave(h // kv_heads, dim=1) for x in (k, v))
+        attend = ("cpu_fp32_expanded_kv", lambda: sdpa(q, k, v))
+    return [attend, ("copy_fp32", lambda: target.copy_(source))]
+
+
 def copy_call(b, kv_heads, n, d):
     source = torch.randn(2 * b * kv_heads * n * d, device="cuda", dtype=torch.float16)
     target = torch.empty_like(source)
@@ -96,8 +133,19 @@ def main():
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--kv-heads", type=int, required=True)
     parser.add_argument("--calls", type=int, default=20, help="calls back to back per sample")
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("configs", nargs="+")
     args = parser.parse_args()
+    if args.device == "cpu":
+        print(f"# torch {torch.__version__}, CPU, {torch.get_num_threads()} threads", flush=True)
+        print("batch,heads,seq,head_dim,causal,backend,seconds", flush=True)
+        for config in args.configs:
+            b, h, n, d, causal = (int(x) for x in config.split(","))
+            with torch.no_grad():
+                for name, call in cpu_calls(b, h, args.kv_heads, n, d):
+                    seconds = median_cpu_seconds(call, args.repeats, 5)
+                    print(f"{b},{h},{n},{d},{causal},{name},{seconds}", flush=True)
+        return
     if not torch.cuda.is_available():
         print("CUDA is not available to torch", file=sys.stderr)
         sys.exit(3)

@@ -92,14 +92,22 @@ impl RowState {
     }
 
     fn push(&mut self, score: f32, value: &[f32]) {
-        let max = self.max.max(score);
-        let rescale = (self.max - max).exp(); // exp(-inf) = 0 for the first key
-        let weight = (score - max).exp();
-        self.sum = self.sum * rescale + weight;
-        for (a, &v) in self.acc.iter_mut().zip(value) {
-            *a = *a * rescale + weight * v;
+        if score > self.max {
+            // A new maximum: rescale what was summed under the old one (exp(-inf) = 0 for the
+            // first key), and the new key weighs e^0 = 1.
+            let rescale = (self.max - score).exp();
+            self.sum = self.sum * rescale + 1.0;
+            for (a, &v) in self.acc.iter_mut().zip(value) {
+                *a = *a * rescale + v;
+            }
+            self.max = score;
+        } else {
+            let weight = (score - self.max).exp();
+            self.sum += weight;
+            for (a, &v) in self.acc.iter_mut().zip(value) {
+                *a += weight * v;
+            }
         }
-        self.max = max;
     }
 
     /// `(O, L)` over the keys pushed; `O = 0`, `L = -inf` if there were none.
@@ -125,20 +133,40 @@ fn group_partial(
 ) -> Vec<(Vec<f32>, f32)> {
     let heads = shape.groups.group_size();
     let len = cache.len(seq);
-    let mut states = vec![RowState::new(shape.head_dim); heads * shape.q_len];
+    // Each state's query row, scaled, and how many keys it sees (its causal limit).
+    let rows: Vec<(Vec<f32>, usize)> = (0..heads * shape.q_len)
+        .map(|index| {
+            let (head, row) = (group * heads + index / shape.q_len, index % shape.q_len);
+            let query =
+                q.slice(ndarray::s![seq, head, row, ..]).iter().map(|&x| scale * x).collect();
+            (query, if causal { row + 1 + len - shape.q_len } else { len })
+        })
+        .collect();
+    let mut states = vec![RowState::new(shape.head_dim); rows.len()];
     for j in keys {
         let (key, value) = (cache.key(seq, group, j), cache.value(seq, group, j));
-        for (index, state) in states.iter_mut().enumerate() {
-            let (head, row) = (group * heads + index / shape.q_len, index % shape.q_len);
-            let visible = if causal { row + 1 + len - shape.q_len } else { len };
-            if j < visible {
-                let query = q.slice(ndarray::s![seq, head, row, ..]);
-                let dot: f32 = query.iter().zip(key).map(|(&a, &b)| a * b).sum();
-                state.push(scale * dot, value);
+        for ((query, visible), state) in rows.iter().zip(&mut states) {
+            if j < *visible {
+                let score = dot(query, key);
+                state.push(score, value);
             }
         }
     }
     states.into_iter().map(RowState::finish).collect()
+}
+
+/// `a . b` in eight running sums, which the compiler keeps in one vector register (a single
+/// running sum must add the products in order, one at a time).
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; 8];
+    let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = a8.remainder().iter().zip(b8.remainder()).map(|(&x, &y)| x * y).sum();
+    for (x, y) in a8.zip(b8) {
+        for i in 0..8 {
+            lanes[i] += x[i] * y[i];
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
 }
 
 /// Combines partial results `(O_s, L_s)` of one query row over disjoint keys:

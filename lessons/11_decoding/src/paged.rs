@@ -79,7 +79,6 @@ impl PagedKvCache {
         &self.tables[seq]
     }
 
-    // ANCHOR: append
     /// Appends the keys and values of `n` new tokens, `[Hkv, n, D]` each, to sequence `seq`,
     /// taking blocks from the pool as the sequence needs them. An error, with nothing written
     /// and no block taken, if `seq` is not a sequence of the cache, the shapes do not fit, `n`
@@ -116,7 +115,6 @@ impl PagedKvCache {
         self.key_norm = self.key_norm.max(largest_norm(keys));
         Ok(())
     }
-    // ANCHOR_END: append
 
     /// Ends sequence `seq`: its blocks go back to the pool and it holds no token. Its block
     /// table is emptied too; a table that kept the old blocks would read tokens that another

@@ -61,7 +61,7 @@ proptest! {
     #![proptest_config(config(24))]
 
     #[test]
-    fn any_number_of_splits_gives_the_oracles_answer(spec in specs(), splits in prop::option::of(1usize..=24)) {
+    fn on_the_gpu_any_number_of_splits_gives_the_oracles_answer(spec in specs(), splits in prop::option::of(1usize..=24)) {
         let p = DecodeProblem::random(&spec);
         check_on_gpu(&p, splits, None).map_err(TestCaseError::fail)?;
     }

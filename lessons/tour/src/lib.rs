@@ -212,6 +212,67 @@ pub fn format_bytes(bytes: usize) -> String {
     }
 }
 
+/// One decoding step (lesson 11) on the tour's problem: its last query row, one new token per
+/// sequence, against a cache that holds every key and value of the problem. On the CPU from
+/// the contiguous cache and from a paged one (blocks of 16 tokens), with the keys split as
+/// `cpu_splits` chooses; in WGSL over the cache in f16 when `gpu` is given. Each is compared
+/// with the oracle's answer for that row; the time is the decoding call's alone (the cache is
+/// filled before).
+pub fn decode_measurements(
+    problem: &Problem,
+    gpu: Option<&gpu::Gpu>,
+) -> Result<Vec<Measurement>, String> {
+    use lesson11::gpu_decode::{GpuCache, decode_on};
+    use lesson11::{KvCache, PagedKvCache, cpu_splits, decode};
+    use ndarray::s;
+    let (batch, heads, q_len, head_dim) = problem.q.dim();
+    let kv_len = problem.k.dim().2;
+    let rows = q_len - 1..q_len;
+    let (q, options) = (problem.q.slice(s![.., .., rows.clone(), ..]).to_owned(), &problem.options);
+    let expected =
+        reference::oracle::expected_rows(&problem.q, &problem.k, &problem.v, options, rows)
+            .map_err(|e| e.to_string())?;
+    let mut contiguous = KvCache::new(batch, heads, kv_len, head_dim).map_err(|e| e.to_string())?;
+    let mut paged = PagedKvCache::new(batch, heads, head_dim, 16, batch * kv_len.div_ceil(16))
+        .map_err(|e| e.to_string())?;
+    for b in 0..batch {
+        let (k, v) = (problem.k.slice(s![b, .., .., ..]), problem.v.slice(s![b, .., .., ..]));
+        contiguous.append(b, k, v).map_err(|e| e.to_string())?;
+        paged.append(b, k, v).map_err(|e| e.to_string())?;
+    }
+    let threads = rayon::current_num_threads();
+    let splits = cpu_splits(batch, heads, kv_len, threads);
+    let mut out = Vec::new();
+    let mut measure = |name: &'static str,
+                       tolerance: reference::Tolerance,
+                       run: &dyn Fn()
+        -> Result<reference::AttentionOutput<f32>, AttentionError>|
+     -> Result<(), String> {
+        let start = Instant::now();
+        let (result, peak) = peak_bytes_during(run).map_err(|e| e.to_string())?;
+        let time = start.elapsed();
+        let working_bytes = peak.saturating_sub(result.as_ref().map_or(0, |r| r.bytes()));
+        let comparisons = result
+            .map_err(|e| format!("returned an error: {e}"))
+            .and_then(|r| check_output(&r, &expected, tolerance));
+        out.push(Measurement { name, package: "lesson11", comparisons, time, working_bytes });
+        Ok(())
+    };
+    let f32_tolerance = reference::Tolerance::F32;
+    measure("decode, CPU, split keys", f32_tolerance, &|| {
+        decode(&contiguous, &q, options, splits)
+    })?;
+    measure("decode, CPU, paged cache", f32_tolerance, &|| decode(&paged, &q, options, splits))?;
+    if let Some(gpu) = gpu {
+        let cache = GpuCache::upload(&gpu.device, &contiguous).map_err(|e| e.to_string())?;
+        let f16 = reference::Tolerance::F16_STORAGE;
+        measure("decode, WGSL, f16 cache", f16, &|| {
+            decode_on(&gpu.device, &gpu.queue, &cache, &q, options, None)
+        })?;
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

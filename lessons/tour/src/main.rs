@@ -7,8 +7,8 @@ use std::time::Instant;
 use reference::memory::CountingAllocator;
 use reference::{AttentionOutput, Problem, ProblemSpec, oracle};
 use tour::{
-    backward_table, format_bytes, format_duration, gpu_stages, measure, measure_backward, stages,
-    table,
+    backward_table, decode_measurements, format_bytes, format_duration, gpu_stages, measure,
+    measure_backward, stages, table,
 };
 
 #[global_allocator]
@@ -80,6 +80,20 @@ fn main() -> ExitCode {
         }
     }
     print!("{}", table(&measurements));
+    // One decoding step of lesson 11: the last query row against a cache of every key.
+    let gpu = gpu::Gpu::shared().ok();
+    let decoding = match decode_measurements(&problem, gpu) {
+        Ok(rows) => rows,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!(
+        "\ndecoding: the last query row of each (batch, head) against a KV cache of all {} keys",
+        spec.kv_len
+    );
+    print!("{}", table(&decoding));
     let d_o = Problem::random(
         &ProblemSpec::new(spec.batch, spec.heads, spec.q_len, spec.q_len, spec.head_dim),
         seed + 1,
@@ -127,7 +141,7 @@ fn main() -> ExitCode {
         format_bytes(output),
         format_bytes(6 * problem.q.len() + 12 * problem.k.len()),
     );
-    if measurements.iter().all(|m| m.passed()) && backward_ok {
+    if measurements.iter().chain(&decoding).all(|m| m.passed()) && backward_ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

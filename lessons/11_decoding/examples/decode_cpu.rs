@@ -140,7 +140,9 @@ fn main() -> Result<(), String> {
         }
         figures.write_csv(&format!("decode_cpu_b{batch}"), &table.table())?;
         if *batch == 1 {
-            let legends = ["split keys", "one pass per K/V head", "PyTorch CPU fp32"];
+            let torch_legend =
+                if expanded { "PyTorch CPU fp32, K and V repeated" } else { "PyTorch CPU fp32" };
+            let legends = ["split keys", "one pass per K/V head", torch_legend];
             plot = table.plot(plot, &legends, &["ours us", "ours 1 split us", "torch cpu_fp32 us"]);
         }
     }

@@ -43,6 +43,9 @@ try:
 except ImportError:
     flash_attn_with_kvcache = None
 
+# torch.OutOfMemoryError is recent; older versions raise torch.cuda.OutOfMemoryError.
+OUT_OF_MEMORY = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+
 SDPA_BACKENDS = [
     ("flash_fp16", SDPBackend.FLASH_ATTENTION, torch.float16),
     ("efficient_fp16", SDPBackend.EFFICIENT_ATTENTION, torch.float16),
@@ -164,7 +167,7 @@ def main():
             try:
                 with torch.no_grad():
                     seconds = median_seconds(make(), args.repeats, args.calls)
-            except (RuntimeError, torch.OutOfMemoryError):
+            except (RuntimeError, TypeError, OUT_OF_MEMORY):
                 seconds = float("nan")
             torch.cuda.empty_cache()
             print(f"{b},{h},{n},{d},{causal},{name},{seconds}", flush=True)

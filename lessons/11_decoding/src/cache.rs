@@ -14,6 +14,10 @@ use ndarray::{Array4, ArrayView3, s};
 use reference::{AttentionError, check_finite};
 
 /// Read access to a cache: what decoding needs, whatever the layout.
+///
+/// These are the accessors of decoding's inner loop, so they do not check their arguments:
+/// `seq` must be below `batch()`, `kv_head` below `kv_heads()` and `j` below `len(seq)` (they
+/// panic or read another row otherwise). `decode` checks every call's shapes first.
 pub trait KeyValues: Sync {
     /// `B`, the number of sequences.
     fn batch(&self) -> usize;
@@ -146,6 +150,14 @@ impl KvCache {
         head_dim: usize,
     ) -> Result<Self, AttentionError> {
         let dims = [batch, kv_heads, capacity, head_dim];
+        let elements = dims.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+        if elements.is_none_or(|n| n > isize::MAX as usize / size_of::<f32>()) {
+            return Err(cache_error(
+                "creating a cache",
+                format!("sizes [batch, kv_heads, capacity, head_dim] = {dims:?}"),
+                "a cache whose size in bytes fits in memory's address space",
+            ));
+        }
         if dims.contains(&0) {
             return Err(cache_error(
                 "creating a cache",

@@ -200,6 +200,8 @@ pub fn decode(
     if splits == 0 {
         return Err(cache_error("decoding", "0 splits".into(), "at least 1 split of the keys"));
     }
+    // More splits than the longest sequence has keys would only add empty chunks.
+    let splits = splits.min(cache.shape().lens.into_iter().max().unwrap_or(1));
     let kv_heads = shape.groups.kv_heads();
     let tasks: Vec<_> = (0..shape.batch)
         .flat_map(|seq| (0..kv_heads).map(move |group| (seq, group)))
@@ -237,10 +239,10 @@ pub const MIN_CPU_CHUNK: usize = 256;
 
 /// Splits per sequence for the CPU: enough `(sequence, K/V head, chunk)` tasks to give each of
 /// `threads` threads two (so that one slow task does not leave the others waiting), and no
-/// chunk shorter than [`MIN_CPU_CHUNK`] keys of the longest sequence. With as many groups as
-/// threads already, no split.
+/// chunk of the longest sequence shorter than [`MIN_CPU_CHUNK`] keys (one chunk if the
+/// sequence itself is shorter). With twice as many groups as threads already, no split.
 pub fn cpu_splits(batch: usize, kv_heads: usize, longest: usize, threads: usize) -> usize {
     let tasks = (batch * kv_heads).max(1);
     let wanted = (2 * threads).div_ceil(tasks);
-    wanted.min(longest.div_ceil(MIN_CPU_CHUNK)).max(1)
+    wanted.min(longest / MIN_CPU_CHUNK).max(1)
 }

@@ -43,7 +43,7 @@ const TILE: u32 = 1024u;     // keys per tile: ROWS * TILE scores fit in `scores
 
 const MAX_ROWS: u32 = 8u;
 const SCORES: u32 = 4096u;
-// A finite stand-in for -infinity (WGSL has no literal for it): exp2(x - NO_KEY) is 0 for any
+// A finite stand-in for -infinity (WGSL has no literal for it): exp2(NO_KEY - x) is 0 for any
 // score x, and no NaN arises from (-inf) - (-inf).
 const NO_KEY: f32 = -3.0e38;
 
@@ -109,7 +109,7 @@ fn split_partials(
     let lane = tid / PACKS;
     var m: array<f32, MAX_ROWS>;            // running maximum of each row (log2 units)
     var l: array<f32, MAX_ROWS>;            // this thread's keys' running sum of exp2(s - m)
-    var acc: array<vec4<f32>, 16>;          // this thread's 8 dims of each row: [row * 2 + half]
+    var acc: array<vec4<f32>, 2u * MAX_ROWS>;          // this thread's 8 dims of each row: [row * 2 + half]
     // unroll
     for (var r = 0u; r < ROWS; r++) {
         m[r] = NO_KEY;
@@ -135,7 +135,7 @@ fn split_partials(
             for (var u = 0u; u < KEY_STEPS; u++) {
                 keys[u] = token_address(b, g, tile + min(t0 + u * THREADS, n - 1u));
             }
-            var dots: array<f32, 16>; // [u * MAX_ROWS + r]
+            var dots: array<f32, 2u * MAX_ROWS>; // [u * MAX_ROWS + r], KEY_STEPS <= 2
             // unroll
             for (var p = 0u; p < PACKS; p++) {
                 // unroll

@@ -22,7 +22,7 @@ use half::f16;
 use ndarray::{Array3, Array4, s};
 use reference::{AttentionError, AttentionOptions, AttentionOutput};
 
-use crate::cache::{CacheShape, KeyValues, cache_error};
+use crate::cache::{Blocks, CacheShape, KeyValues, cache_error};
 use crate::decode::check_decode;
 
 /// The WGSL source of both kernels.
@@ -90,11 +90,12 @@ pub const TARGET_WORKGROUPS: usize = 512;
 pub const MIN_GPU_CHUNK: usize = 64;
 
 /// Splits per sequence on the GPU: enough chunks for [`TARGET_WORKGROUPS`] workgroups in all,
-/// but no chunk shorter than [`MIN_GPU_CHUNK`] keys of the longest sequence. Many sequences
+/// but no chunk of the longest sequence shorter than [`MIN_GPU_CHUNK`] keys (one chunk if the
+/// sequence itself is shorter). Many sequences
 /// or heads need no split; one long sequence with few K/V heads needs many.
 pub fn gpu_splits(workgroups_per_chunk: usize, longest: usize) -> usize {
     let wanted = TARGET_WORKGROUPS.div_ceil(workgroups_per_chunk.max(1));
-    wanted.min(longest.div_ceil(MIN_GPU_CHUNK)).clamp(1, MAX_SPLITS)
+    wanted.min(longest / MIN_GPU_CHUNK).clamp(1, MAX_SPLITS)
 }
 // ANCHOR_END: gpu_splits
 
@@ -141,13 +142,11 @@ impl GpuCache {
             row.iter_mut().zip(table).for_each(|(to, &block)| *to = block as u32);
         }
         let lens: Vec<u32> = blocks.lens.iter().map(|&n| n as u32).collect();
+        let keys = to_f16_rows("K", &blocks, blocks.keys, kv_heads, head_dim)?;
+        let values = to_f16_rows("V", &blocks, blocks.values, kv_heads, head_dim)?;
         Ok(Self {
-            keys: upload(device, "the cache's keys (f16)", &to_f16_rows(blocks.keys, head_dim))?,
-            values: upload(
-                device,
-                "the cache's values (f16)",
-                &to_f16_rows(blocks.values, head_dim),
-            )?,
+            keys: upload(device, "the cache's keys (f16)", &keys)?,
+            values: upload(device, "the cache's values (f16)", &values)?,
             tables: upload(device, "block tables", &tables)?,
             lens: upload(device, "sequence lengths", &lens)?,
             shape: cache.shape(),
@@ -165,14 +164,69 @@ impl GpuCache {
 }
 
 /// Rows of `head_dim` f32 as rows of `padded(head_dim)` f16, two to a `u32` (the lower half
-/// first, as WGSL's `unpack2x16float` reads them).
-fn to_f16_rows(values: &[f32], head_dim: usize) -> Vec<u32> {
+/// first, as WGSL's `unpack2x16float` reads them); an error naming the first value of a
+/// sequence's tokens beyond f16's range (it would be stored as an infinity), indexed
+/// `[sequence, K/V head, token, dim]`.
+fn to_f16_rows(
+    tensor: &'static str,
+    blocks: &Blocks,
+    values: &[f32],
+    kv_heads: usize,
+    head_dim: usize,
+) -> Result<Vec<u32>, AttentionError> {
     let width = padded(head_dim);
     let mut halves = vec![0u16; values.len() / head_dim * width];
     for (to, from) in halves.chunks_mut(width).zip(values.chunks(head_dim)) {
         to.iter_mut().zip(from).for_each(|(h, &x)| *h = f16::from_f32(x).to_bits());
     }
-    halves.chunks(2).map(|pair| u32::from(pair[0]) | (u32::from(pair[1]) << 16)).collect()
+    if halves.iter().any(|&h| f16::from_bits(h).is_infinite()) {
+        return Err(first_unrepresentable(tensor, blocks, values, kv_heads, head_dim));
+    }
+    Ok(halves.chunks(2).map(|pair| u32::from(pair[0]) | (u32::from(pair[1]) << 16)).collect())
+}
+
+/// The error for the first token value (in sequence, head, token, dim order) that f16 cannot
+/// hold; called once some value was found too large.
+fn first_unrepresentable(
+    tensor: &'static str,
+    blocks: &Blocks,
+    values: &[f32],
+    kv_heads: usize,
+    head_dim: usize,
+) -> AttentionError {
+    let too_large = |x: f32| f16::from_f32(x).is_infinite();
+    let row = |block: usize, g: usize, slot: usize| {
+        let start = ((block * kv_heads + g) * blocks.block_size + slot) * head_dim;
+        &values[start..start + head_dim]
+    };
+    for (seq, (table, &len)) in blocks.tables.iter().zip(&blocks.lens).enumerate() {
+        for g in 0..kv_heads {
+            for j in 0..len {
+                let values = row(table[j / blocks.block_size], g, j % blocks.block_size);
+                if let Some(d) = values.iter().position(|&x| too_large(x)) {
+                    let (index, value) = (vec![seq, g, j, d], values[d]);
+                    let largest = f16::MAX.to_f32();
+                    return AttentionError::NotRepresentable {
+                        tensor,
+                        index,
+                        value,
+                        format: "f16",
+                        largest,
+                    };
+                }
+            }
+        }
+    }
+    // Only slots that no sequence holds (left by a released sequence) are too large: never
+    // read, but the pool cannot be uploaded in f16 with them.
+    let value = values.iter().copied().find(|&x| too_large(x)).unwrap_or(f32::INFINITY);
+    AttentionError::NotRepresentable {
+        tensor,
+        index: Vec::new(),
+        value,
+        format: "f16",
+        largest: f16::MAX.to_f32(),
+    }
 }
 
 /// `x` rounded to f16 and back: the keys and values the kernel computes with, for the oracle.
@@ -208,7 +262,7 @@ impl DecodeCall {
     /// Prepares the attention of `q [B, Hq, 1, D]`, one new token per sequence already
     /// appended to `cache`, over every token of its sequence. `splits` chunks per sequence, or
     /// [`gpu_splits`]'s choice when `None`. Errors: those of [`check_decode`], more than one
-    /// new token per sequence, 0 splits, the device's limits.
+    /// new token per sequence, 0 splits or more than [`MAX_SPLITS`], the device's limits.
     pub fn new(
         device: &wgpu::Device,
         cache: &GpuCache,
@@ -451,4 +505,22 @@ fn loop_iterations(
         + keys.div_ceil(lanes) * rows
         + 4 * rows;
     (tiles * per_tile + rows * (lanes + threads + 4) + 2 * rows) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sizes the host computes with are the shader's own (they are written in both).
+    #[test]
+    fn the_host_and_the_shader_agree_on_their_sizes() {
+        for (name, value) in
+            [("MAX_ROWS", MAX_ROWS), ("SCORES", SCORES), ("MAX_SPLITS", MAX_SPLITS)]
+        {
+            let declaration = format!("const {name}: u32 = {value}u;");
+            assert!(SHADER.contains(&declaration), "decode.wgsl lacks `{declaration}`");
+        }
+        assert!(SHADER.contains("var dots: array<f32, 2u * MAX_ROWS>;"));
+        assert!(SHADER.contains("var acc: array<vec4<f32>, 2u * MAX_ROWS>;"));
+    }
 }

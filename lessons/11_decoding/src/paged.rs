@@ -55,7 +55,16 @@ impl PagedKvCache {
                 "every size at least 1",
             ));
         }
-        let pool = vec![0.0; blocks * kv_heads * block_size * head_dim];
+        let elements = sizes[1..].iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+        let Some(elements) = elements.filter(|&n| n <= isize::MAX as usize / size_of::<f32>())
+        else {
+            return Err(cache_error(
+                "creating a paged cache",
+                format!("a pool of {blocks} blocks of {kv_heads} x {block_size} x {head_dim}"),
+                "a pool whose size in bytes fits in memory's address space",
+            ));
+        };
+        let pool = vec![0.0; elements];
         Ok(Self {
             keys: pool.clone(),
             values: pool,
@@ -74,9 +83,10 @@ impl PagedKvCache {
         self.free.len()
     }
 
-    /// The block table of sequence `seq`: its blocks, in token order.
-    pub fn block_table(&self, seq: usize) -> &[usize] {
-        &self.tables[seq]
+    /// The block table of sequence `seq`: its blocks, in token order; `None` if the cache
+    /// holds no such sequence.
+    pub fn block_table(&self, seq: usize) -> Option<&[usize]> {
+        self.tables.get(seq).map(Vec::as_slice)
     }
 
     /// Appends the keys and values of `n` new tokens, `[Hkv, n, D]` each, to sequence `seq`,

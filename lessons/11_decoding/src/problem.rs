@@ -55,6 +55,8 @@ pub struct DecodeProblem {
     pub keys: Vec<Array3<f32>>,
     /// Per sequence, `[Hkv, len, D]`.
     pub values: Vec<Array3<f32>>,
+    /// The softmax scale; `None` (as drawn) for the default `1/sqrt(D)`.
+    pub scale: Option<f32>,
 }
 
 impl DecodeProblem {
@@ -68,12 +70,12 @@ impl DecodeProblem {
         let values: Vec<_> = spec.lens.iter().map(|&n| normal((kv, n, d))).collect();
         let dims = (spec.lens.len(), spec.q_heads, spec.q_len, d);
         let q = Array4::from_shape_simple_fn(dims, || rng.normal());
-        Self { spec: spec.clone(), q, keys, values }
+        Self { spec: spec.clone(), q, keys, values, scale: None }
     }
 
-    /// The options: default scale, the spec's mask.
+    /// The options: the problem's scale, the spec's mask.
     pub fn options(&self) -> AttentionOptions {
-        AttentionOptions { scale: None, causal: self.spec.causal }
+        AttentionOptions { scale: self.scale, causal: self.spec.causal }
     }
 
     /// A contiguous cache holding every sequence, with `spare` slots left over in each.

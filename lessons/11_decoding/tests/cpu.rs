@@ -131,7 +131,7 @@ fn released_blocks_are_reused_without_touching_other_sequences() {
     let before = decode(&cache, &p.q, &p.options(), 2).unwrap();
     assert_eq!(cache.free_blocks(), 0);
     cache.release(0).unwrap();
-    assert_eq!((cache.len(0), cache.block_table(0).len(), cache.free_blocks()), (0, 0, 8));
+    assert_eq!((cache.len(0), cache.block_table(0).unwrap().len(), cache.free_blocks()), (0, 0, 8));
     let other = DecodeProblem::random(&DecodeSpec { lens: vec![30, 45], seed: 6, ..spec });
     cache.append(0, other.keys[0].view(), other.values[0].view()).unwrap();
     let after = decode(&cache, &p.q, &p.options(), 2).unwrap();
@@ -144,7 +144,8 @@ fn released_blocks_are_reused_without_touching_other_sequences() {
 fn the_cpu_splits_fill_the_threads_but_keep_chunks_long() {
     assert_eq!(cpu_splits(1, 8, 100_000, 16), 4); // 8 groups, 32 tasks wanted
     assert_eq!(cpu_splits(4, 8, 100_000, 16), 1); // 32 groups already
-    assert_eq!(cpu_splits(1, 1, 1000, 16), 4); // 32 wanted, but chunks of 256 keys or more
+    assert_eq!(cpu_splits(1, 1, 1000, 16), 3); // 32 wanted, but chunks of 256 keys or more
+    assert_eq!(cpu_splits(1, 1, 1024, 16), 4);
     assert_eq!(cpu_splits(1, 1, 10, 16), 1);
 }
 
@@ -174,8 +175,14 @@ fn bad_appends_are_errors_and_write_nothing() {
         Err(AttentionError::NonFinite { tensor: "V", .. })
     ));
     assert_eq!(cache.blocks().keys, before.blocks().keys);
+    assert_eq!(cache.blocks().values, before.blocks().values);
     assert_eq!((cache.len(0), cache.len(1)), (8, 0));
     assert!(error_text(KvCache::new(2, 0, 10, 4)).contains("every size at least 1"));
+    assert!(error_text(KvCache::new(1 << 20, 1 << 20, 1 << 20, 4)).contains("address space"));
+    assert!(
+        error_text(PagedKvCache::new(1, 1 << 20, 1 << 20, 1 << 20, 4)).contains("address space")
+    );
+    assert_eq!(cache.len(1), 0);
 }
 
 #[test]
@@ -185,7 +192,7 @@ fn a_full_pool_is_an_error_and_takes_no_block() {
     cache.append(0, tokens(9).view(), tokens(9).view()).unwrap(); // 3 blocks
     let err = error_text(cache.append(1, tokens(1).view(), tokens(1).view()));
     assert!(err.contains("1 more blocks needed, 0 free"), "{err}");
-    assert_eq!((cache.free_blocks(), cache.len(1), cache.block_table(1).len()), (0, 0, 0));
+    assert_eq!((cache.free_blocks(), cache.len(1), cache.block_table(1).unwrap().len()), (0, 0, 0));
     cache.append(0, tokens(3).view(), tokens(3).view()).unwrap(); // fills the last block
     assert!(error_text(cache.release(2)).contains("sequence 2"));
 }
@@ -221,10 +228,10 @@ fn bad_decodes_are_errors() {
         .append(1, p.keys[1].slice(s![.., 0..2, ..]), p.values[1].slice(s![.., 0..2, ..]))
         .unwrap();
     assert!(error_text(decode(&empty, &p.q, &options, 1)).contains("sequence 0 holds 0 tokens"));
-    let mut nan = p.q.clone();
-    nan[[1, 2, 0, 3]] = f32::INFINITY;
+    let mut infinite = p.q.clone();
+    infinite[[1, 2, 0, 3]] = f32::INFINITY;
     assert!(matches!(
-        decode(&cache, &nan, &options, 1),
+        decode(&cache, &infinite, &options, 1),
         Err(AttentionError::NonFinite { tensor: "Q", .. })
     ));
     let huge = p.q.mapv(|x| x * 1e37);

@@ -97,6 +97,17 @@ fn precision_stages<T: Element>(case: &Case, tiles: TileSizes, worst: &mut Worst
     }
 }
 
+/// A contiguous cache holding every key and value of `p`, one sequence per batch entry.
+fn cache_of(p: &reference::Problem) -> lesson11::KvCache {
+    let (batch, heads, kv_len, head_dim) = p.k.dim();
+    let mut cache = lesson11::KvCache::new(batch, heads, kv_len, head_dim).unwrap();
+    for b in 0..batch {
+        let (k, v) = (p.k.slice(ndarray::s![b, .., .., ..]), p.v.slice(ndarray::s![b, .., .., ..]));
+        cache.append(b, k, v).unwrap();
+    }
+    cache
+}
+
 fn main() {
     let mut args = std::env::args().skip(1).map(|a| a.parse::<usize>().expect("a count"));
     let (cpu_cases, gpu_cases) = (args.next().unwrap_or(2000), args.next().unwrap_or(200));
@@ -133,6 +144,13 @@ fn main() {
         ];
         for (stage, out) in f32_runs {
             worst.record(stage, forward_ratio(out, &expected, Tolerance::F32));
+        }
+        // Lesson 11's decode is the contract's attention when the queries are the last Nq of
+        // the Nkv tokens in the cache (Nq <= Nkv): any number of splits.
+        if case.spec.q_len <= case.spec.kv_len {
+            let cache = cache_of(&p);
+            let out = lesson11::decode(&cache, q, o, 1 + br % 24);
+            worst.record("lesson11 CPU decode", forward_ratio(out, &expected, Tolerance::F32));
         }
         for (dtype, tolerance) in [
             (lesson06::Dtype::F16, Tolerance::F16_STORAGE),
@@ -186,6 +204,19 @@ fn main() {
                 let run9 = lesson09::attention_on(d, queue, &p.q, &p.k, &p.v, &p.options, tiles);
                 worst.record("lesson08 GPU naive", forward_ratio(run8, &expected, Tolerance::F32));
                 worst.record("lesson09 GPU flash", forward_ratio(run9, &expected, Tolerance::F32));
+                // Lesson 11's GPU decode: the last query row against the f16-rounded cache.
+                let last = p.q.dim().2 - 1..p.q.dim().2;
+                let q_last = p.q.slice(ndarray::s![.., .., last.clone(), ..]).to_owned();
+                let cache = lesson11::gpu_decode::GpuCache::upload(d, &cache_of(&p)).unwrap();
+                let splits = Some(1 + br % 24);
+                let run11 =
+                    lesson11::gpu_decode::decode_on(d, queue, &cache, &q_last, &p.options, splits);
+                let round = |x: &ndarray::Array4<f32>| x.mapv(|v| f16::from_f32(v).to_f32());
+                let expected =
+                    oracle::expected_rows(&p.q, &round(&p.k), &round(&p.v), &p.options, last)
+                        .unwrap();
+                worst
+                    .record("lesson11 GPU decode", forward_ratio(run11, &expected, Tolerance::F32));
             }
         }
         Err(e) => println!("GPU stages skipped: {e}"),

@@ -101,15 +101,17 @@ fn main() -> Result<(), String> {
     let backends: Vec<String> =
         report.iter().flat_map(|r| r.backends()).map(str::to_string).collect();
 
+    let date = Machine::this().date;
+    let on = format!("{}, {date}", gpu.info.name);
     let mut latency = Plot::new(
-        "One decoding step, batch 1",
+        &format!("One decoding step, batch 1 ({on})"),
         "cache length (tokens)",
         "microseconds",
         Scale::Log2,
         Scale::Log10,
     );
     let mut bandwidth = Plot::new(
-        "Cache read rate, batch 1",
+        &format!("Cache read rate, batch 1 ({on})"),
         "cache length (tokens)",
         "GB/s",
         Scale::Log2,

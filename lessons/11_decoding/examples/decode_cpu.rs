@@ -64,13 +64,9 @@ fn main() -> Result<(), String> {
         report.as_ref().and_then(|r| r.seconds(problem, backend)).unwrap_or(f64::NAN)
     };
 
-    let mut plot = Plot::new(
-        "One decoding step on the CPU, batch 1",
-        "cache length (tokens)",
-        "microseconds",
-        Scale::Log2,
-        Scale::Log10,
-    );
+    let title = format!("CPU decoding step, batch 1 ({}, {})", machine.cpu, machine.date);
+    let mut plot =
+        Plot::new(&title, "cache length (tokens)", "microseconds", Scale::Log2, Scale::Log10);
     for (batch, lens) in &runs {
         let columns = [
             ("splits", 0),

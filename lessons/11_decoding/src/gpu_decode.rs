@@ -123,6 +123,10 @@ pub struct GpuCache {
     shape: CacheShape,
     block_size: usize,
     table_stride: usize,
+    /// The block tables as the GPU holds them, and the pool's size in f32 elements, to tell
+    /// what [`GpuCache::sync`] must copy.
+    tables_held: Vec<Vec<usize>>,
+    pool_len: usize,
 }
 
 impl GpuCache {
@@ -136,7 +140,8 @@ impl GpuCache {
         }
         let blocks = cache.blocks();
         blocks.check(kv_heads, head_dim)?;
-        let table_stride = blocks.tables.iter().map(Vec::len).max().unwrap_or(0).max(1);
+        // Room for a sequence to grow to the whole pool, so that `sync` never outgrows it.
+        let table_stride = blocks.pool_blocks(kv_heads, head_dim).max(1);
         let mut tables = vec![0u32; blocks.tables.len() * table_stride];
         for (row, table) in tables.chunks_mut(table_stride).zip(&blocks.tables) {
             row.iter_mut().zip(table).for_each(|(to, &block)| *to = block as u32);
@@ -152,7 +157,99 @@ impl GpuCache {
             shape: cache.shape(),
             block_size: blocks.block_size,
             table_stride,
+            tables_held: blocks.tables.clone(),
+            pool_len: blocks.keys.len(),
         })
+    }
+
+    // ANCHOR: sync
+    /// Brings sequence `seq` of this GPU copy up to date with `cache`, the host cache it was
+    /// uploaded from, after tokens were appended there: copies only the new tokens' keys and
+    /// values (in f16), the sequence's block table and its length. One step of a generation
+    /// loop then moves a few kilobytes to the GPU instead of the whole cache. A sequence that
+    /// was released and refilled since (its table no longer starts with the blocks the GPU
+    /// holds, or it is shorter) is copied whole. Errors: `cache` is not of this copy's shape
+    /// (heads, head dim, block size, pool, sequences), a value beyond f16's range.
+    pub fn sync(
+        &mut self,
+        queue: &wgpu::Queue,
+        cache: &impl KeyValues,
+        seq: usize,
+    ) -> Result<(), AttentionError> {
+        let blocks = cache.blocks();
+        self.check_same_cache(cache, &blocks, seq)?;
+        let table = &blocks.tables[seq];
+        let held = &self.tables_held[seq];
+        let kept = table.starts_with(held) && blocks.lens[seq] >= self.shape.lens[seq];
+        let first_new = if kept { self.shape.lens[seq] } else { 0 };
+        let (kv_heads, head_dim) = (self.shape.kv_heads, self.shape.head_dim);
+        let row_bytes = padded(head_dim) * 2; // f16
+        for j in first_new..blocks.lens[seq] {
+            let (block, slot) = (table[j / self.block_size], j % self.block_size);
+            for g in 0..kv_heads {
+                let row = ((block * kv_heads + g) * self.block_size + slot) * head_dim;
+                let at = (row / head_dim * row_bytes) as u64;
+                for (tensor, buffer, pool) in
+                    [("K", &self.keys, blocks.keys), ("V", &self.values, blocks.values)]
+                {
+                    let values = &pool[row..row + head_dim];
+                    let one = Blocks {
+                        keys: values,
+                        values,
+                        block_size: 1,
+                        tables: vec![vec![0]],
+                        lens: vec![1],
+                    };
+                    let packed = to_f16_rows(tensor, &one, values, 1, head_dim)
+                        .map_err(|e| reindex(e, [seq, g, j]))?;
+                    queue.write_buffer(buffer, at, bytemuck::cast_slice(&packed));
+                }
+            }
+        }
+        let mut row = vec![0u32; self.table_stride];
+        row.iter_mut().zip(table).for_each(|(to, &block)| *to = block as u32);
+        queue.write_buffer(
+            &self.tables,
+            (seq * self.table_stride * 4) as u64,
+            bytemuck::cast_slice(&row),
+        );
+        let len = [blocks.lens[seq] as u32];
+        queue.write_buffer(&self.lens, (seq * 4) as u64, bytemuck::cast_slice(&len));
+        self.tables_held[seq] = table.clone();
+        self.shape.lens[seq] = blocks.lens[seq];
+        self.shape.largest_key_norm = cache.largest_key_norm();
+        Ok(())
+    }
+    // ANCHOR_END: sync
+
+    /// Whether `cache` can be the host cache this copy was uploaded from.
+    fn check_same_cache(
+        &self,
+        cache: &impl KeyValues,
+        blocks: &Blocks,
+        seq: usize,
+    ) -> Result<(), AttentionError> {
+        let same = cache.kv_heads() == self.shape.kv_heads
+            && cache.head_dim() == self.shape.head_dim
+            && blocks.block_size == self.block_size
+            && blocks.keys.len() == self.pool_len
+            && blocks.lens.len() == self.shape.lens.len();
+        if !same {
+            return Err(cache_error(
+                "syncing the GPU copy",
+                "a host cache of another shape (heads, head dim, block size, pool or sequences)"
+                    .into(),
+                "the cache this copy was uploaded from",
+            ));
+        }
+        if seq >= blocks.lens.len() {
+            return Err(cache_error(
+                &format!("syncing sequence {seq}"),
+                "no such sequence".into(),
+                &format!("a sequence below {}", blocks.lens.len()),
+            ));
+        }
+        blocks.check(self.shape.kv_heads, self.shape.head_dim)
     }
 
     /// Bytes of keys and values the kernel reads for one decoding step: every token of every
@@ -226,6 +323,23 @@ fn first_unrepresentable(
         value,
         format: "f16",
         largest: f16::MAX.to_f32(),
+    }
+}
+
+/// `error` (a value beyond f16 in one row) with its index made `[sequence, head, token, dim]`.
+fn reindex(error: AttentionError, [seq, g, j]: [usize; 3]) -> AttentionError {
+    match error {
+        AttentionError::NotRepresentable { tensor, index, value, format, largest } => {
+            let d = index.last().copied().unwrap_or(0);
+            AttentionError::NotRepresentable {
+                tensor,
+                index: vec![seq, g, j, d],
+                value,
+                format,
+                largest,
+            }
+        }
+        other => other,
     }
 }
 

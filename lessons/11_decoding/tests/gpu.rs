@@ -2,15 +2,15 @@
 //! f16-rounded cache: any number of splits, tiles within a chunk, the paged cache, repeated
 //! runs, and the errors.
 
-use lesson11::KvCache;
 use lesson11::gpu_decode::{
     DecodeCall, GpuCache, KernelShape, MAX_HEAD_DIM, MAX_SPLITS, SHADER, decode_on, gpu_splits,
     kernel_source, kernel_source_with, round_to_f16, rows_per_workgroup,
 };
 use lesson11::problem::{DecodeProblem, DecodeSpec};
+use lesson11::{KvCache, PagedKvCache};
 use ndarray::{Array3, Array4};
 use proptest::prelude::*;
-use reference::{AttentionError, Tolerance};
+use reference::{AttentionError, AttentionOptions, Tolerance};
 use testkit::strategies::config;
 
 /// The GPU's answer for `p` with `splits` (or the kernel's choice), from a contiguous cache
@@ -289,4 +289,98 @@ fn both_kernels_translate_and_their_barriers_are_uniform() {
             gpu::kernel::spirv(source, entry, &[], gpu::kernel::Checks::On).unwrap();
         }
     }
+}
+
+/// A generation loop: the prompt uploaded once, then each step appends one token per sequence
+/// on the host and syncs only that token to the GPU; every step's answer is the oracle's over
+/// the tokens so far (on the f16-rounded values, which the host is given, so that the oracle
+/// and the GPU see the same numbers). A released and refilled sequence is copied whole.
+#[test]
+fn a_generation_loop_appends_on_the_host_and_syncs_the_gpu() {
+    let Some(gpu) = gpu::for_tests() else { return };
+    let (prompt, steps) = (37, 12);
+    let spec = DecodeSpec {
+        q_heads: 4,
+        kv_heads: 2,
+        lens: vec![prompt + steps; 2],
+        q_len: steps,
+        head_dim: 16,
+        causal: false,
+        seed: 12,
+    };
+    let mut p = DecodeProblem::random(&spec);
+    for x in p.keys.iter_mut().chain(p.values.iter_mut()) {
+        *x = round_to_f16(x);
+    }
+    let tokens = |x: &Array3<f32>, range: std::ops::Range<usize>| {
+        x.slice(ndarray::s![.., range, ..]).to_owned()
+    };
+    let mut host = PagedKvCache::new(2, 2, 16, 8, 20).unwrap();
+    for seq in 0..2 {
+        host.append(
+            seq,
+            tokens(&p.keys[seq], 0..prompt).view(),
+            tokens(&p.values[seq], 0..prompt).view(),
+        )
+        .unwrap();
+    }
+    let mut device = GpuCache::upload(&gpu.device, &host).unwrap();
+    for t in 0..steps {
+        let now = prompt + t + 1;
+        for seq in 0..2 {
+            let new = now - 1..now;
+            host.append(
+                seq,
+                tokens(&p.keys[seq], new.clone()).view(),
+                tokens(&p.values[seq], new).view(),
+            )
+            .unwrap();
+            device.sync(&gpu.queue, &host, seq).unwrap();
+        }
+        let q = p.q.slice(ndarray::s![.., .., t..t + 1, ..]).to_owned();
+        let out = decode_on(&gpu.device, &gpu.queue, &device, &q, &AttentionOptions::new(), None)
+            .unwrap();
+        for seq in 0..2 {
+            let one = |x: &Array3<f32>| tokens(x, 0..now).insert_axis(ndarray::Axis(0));
+            let q_seq = q.slice(ndarray::s![seq..seq + 1, .., .., ..]).to_owned();
+            let expected = reference::grouped::expected(
+                &q_seq,
+                &one(&p.keys[seq]),
+                &one(&p.values[seq]),
+                &AttentionOptions::new(),
+            )
+            .unwrap();
+            let ours = reference::AttentionOutput {
+                o: out.o.slice(ndarray::s![seq..seq + 1, .., .., ..]).to_owned(),
+                lse: out.lse.slice(ndarray::s![seq..seq + 1, .., ..]).to_owned(),
+            };
+            reference::check_output(&ours, &expected, Tolerance::F32)
+                .map_err(|e| format!("step {t}, sequence {seq}: {e}"))
+                .unwrap();
+        }
+    }
+    // Sequence 0 ends; a new one takes its blocks and is synced whole.
+    host.release(0).unwrap();
+    host.append(0, tokens(&p.keys[1], 0..20).view(), tokens(&p.values[1], 0..20).view()).unwrap();
+    device.sync(&gpu.queue, &host, 0).unwrap();
+    let q = p.q.slice(ndarray::s![.., .., 0..1, ..]).to_owned();
+    let out =
+        decode_on(&gpu.device, &gpu.queue, &device, &q, &AttentionOptions::new(), None).unwrap();
+    let fresh = decode_on(
+        &gpu.device,
+        &gpu.queue,
+        &GpuCache::upload(&gpu.device, &host).unwrap(),
+        &q,
+        &AttentionOptions::new(),
+        None,
+    )
+    .unwrap();
+    assert_eq!(out, fresh);
+    // Another host cache is refused.
+    let other = PagedKvCache::new(2, 2, 16, 8, 21).unwrap();
+    let err = device.sync(&gpu.queue, &other, 0).expect_err("an error").to_string();
+    assert!(err.contains("another shape"), "{err}");
+    assert!(
+        device.sync(&gpu.queue, &host, 2).expect_err("an error").to_string().contains("sequence 2")
+    );
 }

@@ -216,8 +216,9 @@ pub fn format_bytes(bytes: usize) -> String {
 /// sequence, against a cache that holds every key and value of the problem. On the CPU from
 /// the contiguous cache and from a paged one (blocks of 16 tokens), with the keys split as
 /// `cpu_splits` chooses; in WGSL over the cache in f16 when `gpu` is given. Each is compared
-/// with the oracle's answer for that row; the time is the decoding call's alone (the cache is
-/// filled before).
+/// with the oracle's answer for that row. The CPU rows time the decoding call alone (the
+/// caches are filled before); the WGSL row's time also holds the cache's upload and, once per
+/// process, compiling the kernels, as the other GPU rows hold theirs.
 pub fn decode_measurements(
     problem: &Problem,
     gpu: Option<&gpu::Gpu>,

@@ -187,12 +187,17 @@ pub fn check_inputs<T: Copy + Into<f64>>(
 }
 // ANCHOR_END: check_inputs
 
-/// The largest Euclidean norm of a row (the last axis) of `x`, computed in f64; an error if `x`
-/// holds NaN or an infinity.
-fn largest_row_norm<T: Copy + Into<f64>>(
+/// The largest Euclidean norm of a row (the last axis) of `x`, computed in f64 (0 when `x` is
+/// empty); an error naming `tensor` if `x` holds NaN or an infinity.
+pub fn largest_row_norm<S, T, D>(
     tensor: &'static str,
-    x: &Array4<T>,
-) -> Result<f64, AttentionError> {
+    x: &ArrayBase<S, D>,
+) -> Result<f64, AttentionError>
+where
+    S: Data<Elem = T>,
+    T: Copy + Into<f64>,
+    D: Dimension,
+{
     check_finite(tensor, x)?;
     let squared = x
         .rows()

@@ -11,6 +11,7 @@
 //! reads.
 
 use ndarray::{Array4, ArrayView3, s};
+use reference::contract::largest_row_norm;
 use reference::{AttentionError, check_finite};
 
 /// Read access to a cache: what decoding needs, whatever the layout.
@@ -185,7 +186,7 @@ impl KvCache {
         values: ArrayView3<f32>,
     ) -> Result<(), AttentionError> {
         let start = self.len_checked(seq)?;
-        let n = check_new_tokens(seq, keys, values, self.kv_heads(), self.head_dim())?;
+        let (n, key_norm) = check_new_tokens(seq, keys, values, self.kv_heads(), self.head_dim())?;
         if start + n > self.capacity() {
             return Err(cache_error(
                 &format!("appending to sequence {seq}"),
@@ -196,7 +197,7 @@ impl KvCache {
         self.keys.slice_mut(s![seq, .., start..start + n, ..]).assign(&keys);
         self.values.slice_mut(s![seq, .., start..start + n, ..]).assign(&values);
         self.lens[seq] += n;
-        self.key_norm = self.key_norm.max(largest_norm(keys));
+        self.key_norm = self.key_norm.max(key_norm);
         Ok(())
     }
     // ANCHOR_END: append
@@ -247,14 +248,15 @@ fn row(x: &Array4<f32>, seq: usize, kv_head: usize, j: usize) -> &[f32] {
     &x.as_slice().expect("the cache is standard layout")[start..start + d]
 }
 
-/// Checks new tokens' keys and values (`[Hkv, n, D]` each, finite, `n >= 1`) and returns `n`.
+/// Checks new tokens' keys and values (`[Hkv, n, D]` each, finite, `n >= 1`) and returns `n`
+/// and the largest norm of the new keys (for the cache's logit bound).
 pub(crate) fn check_new_tokens(
     seq: usize,
     keys: ArrayView3<f32>,
     values: ArrayView3<f32>,
     kv_heads: usize,
     head_dim: usize,
-) -> Result<usize, AttentionError> {
+) -> Result<(usize, f64), AttentionError> {
     let what = format!("appending to sequence {seq}");
     let n = keys.dim().1;
     for (name, x) in [("keys", keys), ("values", values)] {
@@ -269,17 +271,9 @@ pub(crate) fn check_new_tokens(
             ));
         }
     }
-    check_finite("K", &keys)?;
+    let key_norm = largest_row_norm("K", &keys)?;
     check_finite("V", &values)?;
-    Ok(n)
-}
-
-/// The largest Euclidean norm of a row (the last axis) of `x`, in f64.
-pub(crate) fn largest_norm(x: ArrayView3<f32>) -> f64 {
-    let norm = |row: ndarray::ArrayView1<f32>| {
-        row.iter().map(|&a| f64::from(a).powi(2)).sum::<f64>().sqrt()
-    };
-    x.rows().into_iter().map(norm).fold(0.0, f64::max)
+    Ok((n, key_norm))
 }
 
 /// The error for a sequence index the cache does not hold.

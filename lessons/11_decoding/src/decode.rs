@@ -13,8 +13,8 @@
 
 use ndarray::{Array3, Array4};
 use rayon::prelude::*;
-use reference::contract::LARGEST_LOGIT;
-use reference::{AttentionError, AttentionOptions, AttentionOutput, HeadGroups, check_finite};
+use reference::contract::{LARGEST_LOGIT, largest_row_norm};
+use reference::{AttentionError, AttentionOptions, AttentionOutput, HeadGroups};
 
 use crate::cache::{CacheShape, KeyValues, cache_error};
 
@@ -58,12 +58,9 @@ pub fn check_decode(
             return Err(cache_error("decoding", found, &expected));
         }
     }
-    check_finite("Q", q)?;
+    let q_norm = largest_row_norm("Q", q)?;
     let scale = options.scale_for(head_dim)?;
-    let q_norm =
-        q.rows().into_iter().map(|r| r.iter().map(|&a| f64::from(a).powi(2)).sum::<f64>().sqrt());
-    let bound =
-        f64::from(scale).abs().max(1.0) * q_norm.fold(0.0, f64::max) * cache.largest_key_norm;
+    let bound = f64::from(scale).abs().max(1.0) * q_norm * cache.largest_key_norm;
     if bound > LARGEST_LOGIT {
         return Err(AttentionError::LogitsOverflow { bound, largest: LARGEST_LOGIT });
     }
@@ -196,12 +193,13 @@ pub fn decode(
     options: &AttentionOptions,
     splits: usize,
 ) -> Result<AttentionOutput<f32>, AttentionError> {
-    let (shape, scale) = check_decode(&cache.shape(), q, options)?;
+    let cache_shape = cache.shape();
+    let (shape, scale) = check_decode(&cache_shape, q, options)?;
     if splits == 0 {
         return Err(cache_error("decoding", "0 splits".into(), "at least 1 split of the keys"));
     }
     // More splits than the longest sequence has keys would only add empty chunks.
-    let splits = splits.min(cache.shape().lens.into_iter().max().unwrap_or(1));
+    let splits = splits.min(cache_shape.lens.into_iter().max().unwrap_or(1));
     let kv_heads = shape.groups.kv_heads();
     let tasks: Vec<_> = (0..shape.batch)
         .flat_map(|seq| (0..kv_heads).map(move |group| (seq, group)))

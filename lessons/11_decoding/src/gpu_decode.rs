@@ -193,15 +193,8 @@ impl GpuCache {
                     [("K", &self.keys, blocks.keys), ("V", &self.values, blocks.values)]
                 {
                     let values = &pool[row..row + head_dim];
-                    let one = Blocks {
-                        keys: values,
-                        values,
-                        block_size: 1,
-                        tables: vec![vec![0]],
-                        lens: vec![1],
-                    };
-                    let packed = to_f16_rows(tensor, &one, values, 1, head_dim)
-                        .map_err(|e| reindex(e, [seq, g, j]))?;
+                    check_token_fits_f16(tensor, values, [seq, g, j])?;
+                    let packed = pack_f16(values, head_dim);
                     queue.write_buffer(buffer, at, bytemuck::cast_slice(&packed));
                 }
             }
@@ -271,19 +264,49 @@ fn to_f16_rows(
     kv_heads: usize,
     head_dim: usize,
 ) -> Result<Vec<u32>, AttentionError> {
+    if values.iter().any(|&x| too_large_for_f16(x)) {
+        return Err(first_unrepresentable(tensor, blocks, values, kv_heads, head_dim));
+    }
+    Ok(pack_f16(values, head_dim))
+}
+
+/// Rows of `head_dim` f32 as rows of `padded(head_dim)` f16, two to a `u32`, the lower half
+/// first; a value beyond f16's range becomes an infinity (callers check first).
+fn pack_f16(values: &[f32], head_dim: usize) -> Vec<u32> {
     let width = padded(head_dim);
     let mut halves = vec![0u16; values.len() / head_dim * width];
     for (to, from) in halves.chunks_mut(width).zip(values.chunks(head_dim)) {
         to.iter_mut().zip(from).for_each(|(h, &x)| *h = f16::from_f32(x).to_bits());
     }
-    if halves.iter().any(|&h| f16::from_bits(h).is_infinite()) {
-        return Err(first_unrepresentable(tensor, blocks, values, kv_heads, head_dim));
+    halves.chunks(2).map(|pair| u32::from(pair[0]) | (u32::from(pair[1]) << 16)).collect()
+}
+
+/// Whether `x` is finite in f32 but not in f16.
+fn too_large_for_f16(x: f32) -> bool {
+    f16::from_f32(x).is_infinite()
+}
+
+/// An error if a value of `row`, token `[sequence, K/V head, token]` of `tensor`, is beyond
+/// f16's range; the index it names adds the dimension.
+fn check_token_fits_f16(
+    tensor: &'static str,
+    row: &[f32],
+    [seq, g, j]: [usize; 3],
+) -> Result<(), AttentionError> {
+    match row.iter().position(|&x| too_large_for_f16(x)) {
+        Some(d) => Err(AttentionError::NotRepresentable {
+            tensor,
+            index: vec![seq, g, j, d],
+            value: row[d],
+            format: "f16",
+            largest: f16::MAX.to_f32(),
+        }),
+        None => Ok(()),
     }
-    Ok(halves.chunks(2).map(|pair| u32::from(pair[0]) | (u32::from(pair[1]) << 16)).collect())
 }
 
 /// The error for the first token value (in sequence, head, token, dim order) that f16 cannot
-/// hold; called once some value was found too large.
+/// hold; called once some value of the pool was found too large.
 fn first_unrepresentable(
     tensor: &'static str,
     blocks: &Blocks,
@@ -291,55 +314,27 @@ fn first_unrepresentable(
     kv_heads: usize,
     head_dim: usize,
 ) -> AttentionError {
-    let too_large = |x: f32| f16::from_f32(x).is_infinite();
-    let row = |block: usize, g: usize, slot: usize| {
-        let start = ((block * kv_heads + g) * blocks.block_size + slot) * head_dim;
-        &values[start..start + head_dim]
-    };
     for (seq, (table, &len)) in blocks.tables.iter().zip(&blocks.lens).enumerate() {
         for g in 0..kv_heads {
             for j in 0..len {
-                let values = row(table[j / blocks.block_size], g, j % blocks.block_size);
-                if let Some(d) = values.iter().position(|&x| too_large(x)) {
-                    let (index, value) = (vec![seq, g, j, d], values[d]);
-                    let largest = f16::MAX.to_f32();
-                    return AttentionError::NotRepresentable {
-                        tensor,
-                        index,
-                        value,
-                        format: "f16",
-                        largest,
-                    };
+                let (block, slot) = (table[j / blocks.block_size], j % blocks.block_size);
+                let start = ((block * kv_heads + g) * blocks.block_size + slot) * head_dim;
+                let row = &values[start..start + head_dim];
+                if let Err(e) = check_token_fits_f16(tensor, row, [seq, g, j]) {
+                    return e;
                 }
             }
         }
     }
     // Only slots that no sequence holds (left by a released sequence) are too large: never
     // read, but the pool cannot be uploaded in f16 with them.
-    let value = values.iter().copied().find(|&x| too_large(x)).unwrap_or(f32::INFINITY);
+    let value = values.iter().copied().find(|&x| too_large_for_f16(x)).unwrap_or(f32::INFINITY);
     AttentionError::NotRepresentable {
         tensor,
         index: Vec::new(),
         value,
         format: "f16",
         largest: f16::MAX.to_f32(),
-    }
-}
-
-/// `error` (a value beyond f16 in one row) with its index made `[sequence, head, token, dim]`.
-fn reindex(error: AttentionError, [seq, g, j]: [usize; 3]) -> AttentionError {
-    match error {
-        AttentionError::NotRepresentable { tensor, index, value, format, largest } => {
-            let d = index.last().copied().unwrap_or(0);
-            AttentionError::NotRepresentable {
-                tensor,
-                index: vec![seq, g, j, d],
-                value,
-                format,
-                largest,
-            }
-        }
-        other => other,
     }
 }
 
@@ -384,10 +379,7 @@ impl DecodeCall {
         options: &AttentionOptions,
         splits: Option<usize>,
     ) -> Result<Self, AttentionError> {
-        let (padded_dim, kv_heads) = (padded(cache.shape.head_dim), cache.shape.kv_heads);
-        let rows = rows_per_workgroup(q.dim().1 / kv_heads.max(1), padded_dim);
-        let kernel = KernelShape::for_device(device, padded_dim, rows);
-        Self::with_shape(device, cache, q, options, splits, kernel)
+        Self::prepare(device, cache, q, options, splits, None)
     }
 
     /// [`DecodeCall::new`] with another layout of the split kernel; an error if its
@@ -401,6 +393,19 @@ impl DecodeCall {
         splits: Option<usize>,
         kernel: KernelShape,
     ) -> Result<Self, AttentionError> {
+        Self::prepare(device, cache, q, options, splits, Some(kernel))
+    }
+
+    /// [`DecodeCall::with_shape`], with [`KernelShape::for_device`]'s layout when `kernel` is
+    /// `None`.
+    fn prepare(
+        device: &wgpu::Device,
+        cache: &GpuCache,
+        q: &Array4<f32>,
+        options: &AttentionOptions,
+        splits: Option<usize>,
+        kernel: Option<KernelShape>,
+    ) -> Result<Self, AttentionError> {
         let (shape, scale) = check_decode(&cache.shape, q, options)?;
         if shape.q_len != 1 {
             let found = format!("{} new tokens per sequence", shape.q_len);
@@ -411,6 +416,7 @@ impl DecodeCall {
         let (batch, q_heads, d) = (shape.batch, shape.groups.q_heads(), padded(shape.head_dim));
         let group = shape.groups.group_size();
         let rows = rows_per_workgroup(group, d);
+        let kernel = kernel.unwrap_or_else(|| KernelShape::for_device(device, d, rows));
         check_kernel_shape(device, kernel, d, rows)?;
         let per_chunk = batch * shape.groups.kv_heads() * (group / rows);
         let longest = cache.shape.lens.iter().copied().max().unwrap_or(0);

@@ -17,9 +17,7 @@
 use ndarray::{ArrayView1, ArrayView3, s};
 use reference::AttentionError;
 
-use crate::cache::{
-    Blocks, KeyValues, cache_error, check_new_tokens, largest_norm, no_such_sequence,
-};
+use crate::cache::{Blocks, KeyValues, cache_error, check_new_tokens, no_such_sequence};
 
 /// `B` sequences sharing a pool of blocks of `block_size` tokens; each block holds every K/V
 /// head, `[Hkv, block_size, D]`, for keys and for values.
@@ -100,7 +98,7 @@ impl PagedKvCache {
         values: ArrayView3<f32>,
     ) -> Result<(), AttentionError> {
         let start = *self.lens.get(seq).ok_or_else(|| no_such_sequence(seq, self.lens.len()))?;
-        let n = check_new_tokens(seq, keys, values, self.kv_heads, self.head_dim)?;
+        let (n, key_norm) = check_new_tokens(seq, keys, values, self.kv_heads, self.head_dim)?;
         let needed = (start + n).div_ceil(self.block_size) - self.tables[seq].len();
         if needed > self.free.len() {
             return Err(cache_error(
@@ -122,7 +120,7 @@ impl PagedKvCache {
             }
         }
         self.lens[seq] += n;
-        self.key_norm = self.key_norm.max(largest_norm(keys));
+        self.key_norm = self.key_norm.max(key_norm);
         Ok(())
     }
 

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use ndarray::Array4;
 use reference::memory::{NotInstalled, peak_bytes_during};
 use reference::{
-    AttentionError, BackwardVersion, Comparison, Expected, ExpectedGradients, ForwardVersion,
-    Problem, check_gradients, check_output,
+    AttentionError, AttentionOutput, BackwardVersion, Comparison, Expected, ExpectedGradients,
+    ForwardVersion, Problem, Tolerance, check_gradients, check_output,
 };
 
 /// Every CPU forward stage, in course order, from the course's registry.
@@ -56,16 +56,27 @@ pub fn measure(
     problem: &Problem,
     expected: &Expected,
 ) -> Result<Measurement, NotInstalled> {
-    let start = Instant::now();
-    let (output, peak_bytes) = peak_bytes_during(|| {
+    let (name, package) = (stage.about.name, stage.about.lesson);
+    measure_call((name, package), stage.about.tolerance, expected, || {
         (stage.forward)(&problem.q, &problem.k, &problem.v, &problem.options)
-    })?;
+    })
+}
+
+/// Runs `run` (named `name` of `package`), timing it, measuring its peak memory beyond the
+/// output it returns, and comparing that output with `expected` under `tolerance`.
+fn measure_call(
+    (name, package): (&'static str, &'static str),
+    tolerance: Tolerance,
+    expected: &Expected,
+    run: impl FnOnce() -> Result<AttentionOutput<f32>, AttentionError>,
+) -> Result<Measurement, NotInstalled> {
+    let start = Instant::now();
+    let (output, peak_bytes) = peak_bytes_during(run)?;
     let time = start.elapsed();
     let working_bytes = peak_bytes.saturating_sub(output.as_ref().map_or(0, |out| out.bytes()));
     let comparisons = output
         .map_err(|e| format!("returned an error: {e}"))
-        .and_then(|out| check_output(&out, expected, stage.about.tolerance));
-    let (name, package) = (stage.about.name, stage.about.lesson);
+        .and_then(|out| check_output(&out, expected, tolerance));
     Ok(Measurement { name, package, comparisons, time, working_bytes })
 }
 
@@ -243,27 +254,18 @@ pub fn decode_measurements(
     }
     let threads = rayon::current_num_threads();
     let splits = cpu_splits(batch, heads, kv_len, threads);
-    let mut out = Vec::new();
-    let mut measure = |name: &'static str,
-                       tolerance: reference::Tolerance,
-                       run: &dyn Fn()
-        -> Result<reference::AttentionOutput<f32>, AttentionError>|
-     -> Result<(), String> {
-        let start = Instant::now();
-        let (result, peak) = peak_bytes_during(run).map_err(|e| e.to_string())?;
-        let time = start.elapsed();
-        let working_bytes = peak.saturating_sub(result.as_ref().map_or(0, |r| r.bytes()));
-        let comparisons = result
-            .map_err(|e| format!("returned an error: {e}"))
-            .and_then(|r| check_output(&r, &expected, tolerance));
-        out.push(Measurement { name, package: "lesson11", comparisons, time, working_bytes });
-        Ok(())
-    };
-    let f32_tolerance = reference::Tolerance::F32;
-    measure("decode, CPU, split keys", f32_tolerance, &|| {
-        decode(&contiguous, &q, options, splits)
-    })?;
-    measure("decode, CPU, paged cache", f32_tolerance, &|| decode(&paged, &q, options, splits))?;
+    let measure =
+        |name, tolerance, run: &dyn Fn() -> Result<AttentionOutput<f32>, AttentionError>| {
+            measure_call((name, "lesson11"), tolerance, &expected, run).map_err(|e| e.to_string())
+        };
+    let mut out = vec![
+        measure("decode, CPU, split keys", Tolerance::F32, &|| {
+            decode(&contiguous, &q, options, splits)
+        })?,
+        measure("decode, CPU, paged cache", Tolerance::F32, &|| {
+            decode(&paged, &q, options, splits)
+        })?,
+    ];
     if let Some(gpu) = gpu {
         // Uploading is part of the row: a cache the kernel cannot take (a head dim beyond its
         // limit) is reported in the table as the error it returns.
@@ -271,7 +273,7 @@ pub fn decode_measurements(
             let cache = GpuCache::upload(&gpu.device, &contiguous)?;
             decode_on(&gpu.device, &gpu.queue, &cache, &q, options, None)
         };
-        measure("decode, WGSL, f16 cache", reference::Tolerance::F16_STORAGE, &on_gpu)?;
+        out.push(measure("decode, WGSL, f16 cache", Tolerance::F16_STORAGE, &on_gpu)?);
     }
     Ok(out)
 }

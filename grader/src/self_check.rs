@@ -13,8 +13,9 @@ use crate::ex04::mutants::Flash1Bug;
 use crate::ex05::mutants::BackwardBug;
 use crate::ex06::mutants::PrecisionBug;
 use crate::ex07::mutants::ParallelBug;
+use crate::ex11::mutants::DecodingBug;
 use crate::mutants::Planted;
-use crate::{ex01, ex02, ex03, ex04, ex05, ex06, ex07};
+use crate::{ex01, ex02, ex03, ex04, ex05, ex06, ex07, ex11};
 
 /// What the self-check found for one planted bug.
 pub struct MutantReport {
@@ -58,7 +59,6 @@ type Mutants = Vec<(String, &'static str, Vec<Check>)>;
 /// checks (the GPU exercises' only with the `gpu` feature).
 pub fn run() -> Vec<Report> {
     let rust = |bug: String, meant: &'static str, checks: Vec<Check>| (bug, meant, checks);
-    #[allow(unused_mut)] // without the GPU feature nothing is added
     let mut reports = vec![
         report(
             "ex01",
@@ -126,6 +126,15 @@ pub fn run() -> Vec<Report> {
     ];
     #[cfg(feature = "gpu")]
     reports.extend(gpu_reports());
+    reports.push(report(
+        "ex11",
+        ex11::checks(ex11::lesson()),
+        Some(ex11::checks(Planted::<DecodingBug>::control())),
+        DecodingBug::ALL
+            .iter()
+            .map(|&b| rust(format!("{b:?}"), b.caught_by(), ex11::checks(Planted::with(b))))
+            .collect(),
+    ));
     reports
 }
 

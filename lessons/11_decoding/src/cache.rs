@@ -250,7 +250,7 @@ fn row(x: &Array4<f32>, seq: usize, kv_head: usize, j: usize) -> &[f32] {
 
 /// Checks new tokens' keys and values (`[Hkv, n, D]` each, finite, `n >= 1`) and returns `n`
 /// and the largest norm of the new keys (for the cache's logit bound).
-pub(crate) fn check_new_tokens(
+pub fn check_new_tokens(
     seq: usize,
     keys: ArrayView3<f32>,
     values: ArrayView3<f32>,
@@ -277,7 +277,7 @@ pub(crate) fn check_new_tokens(
 }
 
 /// The error for a sequence index the cache does not hold.
-pub(crate) fn no_such_sequence(seq: usize, batch: usize) -> AttentionError {
+pub fn no_such_sequence(seq: usize, batch: usize) -> AttentionError {
     cache_error(
         &format!("sequence {seq}"),
         "no such sequence".into(),
@@ -286,6 +286,6 @@ pub(crate) fn no_such_sequence(seq: usize, batch: usize) -> AttentionError {
 }
 
 /// [`AttentionError::Cache`].
-pub(crate) fn cache_error(what: &str, found: String, expected: &str) -> AttentionError {
+pub fn cache_error(what: &str, found: String, expected: &str) -> AttentionError {
     AttentionError::Cache { what: what.to_string(), found, expected: expected.to_string() }
 }

@@ -121,7 +121,7 @@ impl RowState {
 /// every query row, over the keys of one chunk. Each key and value is read once for the whole
 /// group: the bandwidth grouped heads save.
 fn group_partial(
-    cache: &impl KeyValues,
+    cache: &(impl KeyValues + ?Sized),
     q: &Array4<f32>,
     shape: &DecodeShape,
     scale: f32,
@@ -188,7 +188,7 @@ fn merge(parts: &[&(Vec<f32>, f32)], head_dim: usize) -> (Vec<f32>, f32) {
 /// `O [B, Hq, Nq, D]` and `L [B, Hq, Nq]`. `splits = 1` is one pass per sequence and group.
 /// Errors: those of [`check_decode`], and `splits = 0`.
 pub fn decode(
-    cache: &impl KeyValues,
+    cache: &(impl KeyValues + ?Sized),
     q: &Array4<f32>,
     options: &AttentionOptions,
     splits: usize,

@@ -13,11 +13,13 @@
 //!   reading K/V head `h / G` ([`reference::HeadGroups`]); the cache shrinks by `G`.
 //! * [`decode`]: attention of the new tokens over the cache on the CPU, in one pass or with the
 //!   keys split into chunks (flash-decoding) whose partial results merge exactly.
-//! * [`gpu_decode`]: the same in WGSL over an f16 cache: a kernel that computes each chunk's
-//!   partial result for a group of query heads, and one that merges them.
+//! * `gpu_decode` (feature `gpu`, on by default): the same in WGSL over an f16 cache: a
+//!   kernel that computes each chunk's partial result for a group of query heads, and one that
+//!   merges them.
 
 pub mod cache;
 pub mod decode;
+#[cfg(feature = "gpu")]
 pub mod gpu_decode;
 pub mod paged;
 pub mod problem;

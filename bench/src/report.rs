@@ -217,6 +217,11 @@ impl Figures {
         Ok(Self { dir: root.join("book/src/figures") })
     }
 
+    /// Where `file` lies in the folder (to read back what an earlier run wrote).
+    pub fn path(&self, file: &str) -> PathBuf {
+        self.dir.join(file)
+    }
+
     /// The folder as a reader should see it: relative to the workspace when it is inside the
     /// one the program runs in (`book/src/figures`), as given otherwise.
     pub fn display(&self) -> String {

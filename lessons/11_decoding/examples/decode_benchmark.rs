@@ -79,11 +79,12 @@ fn main() -> Result<(), String> {
     if args.iter().any(|a| a == "--tune") {
         return tune(gpu, &timer, &sizes);
     }
-    let copy = copy_bandwidth(gpu, &timer, sizes.copy_bytes).map_err(|e| e.to_string())?;
+    let (copy, read) = copy_bandwidth(gpu, &timer, sizes.copy_bytes).map_err(|e| e.to_string())?;
     println!(
-        "Copy bandwidth (WGSL, {} MiB read and written): {:.0} GB/s",
+        "Copy bandwidth (WGSL, {} MiB read and written): {:.0} GB/s; reading alone: {:.0} GB/s",
         sizes.copy_bytes >> 20,
-        copy / 1e9
+        copy / 1e9,
+        read / 1e9
     );
 
     let problems: Vec<PeerProblem> = sizes
@@ -125,6 +126,7 @@ fn main() -> Result<(), String> {
             ("of which merge us", 1),
             ("ours GB/s", 1),
             ("% of copy", 0),
+            ("% of read", 0),
         ];
         let peer_columns: Vec<String> = backends.iter().map(|b| format!("{b} us")).collect();
         columns.extend(peer_columns.iter().map(|c| (c.as_str(), 1)));
@@ -181,6 +183,7 @@ fn main() -> Result<(), String> {
                 merge * 1e6,
                 rate / 1e9,
                 100.0 * rate / copy,
+                100.0 * rate / read,
             ];
             row.extend(peer_seconds.iter().map(|s| s * 1e6));
             row.push(best_sdpa / ours[1]);
@@ -201,6 +204,8 @@ fn main() -> Result<(), String> {
             bandwidth = table.plot(bandwidth, &["WGSL, chosen splits"], &["ours GB/s"]);
             let copy_line = table.column("ours GB/s").into_iter().map(|(x, _)| (x, copy / 1e9));
             bandwidth = bandwidth.line("WGSL copy (read + write)", copy_line);
+            let read_line = table.column("ours GB/s").into_iter().map(|(x, _)| (x, read / 1e9));
+            bandwidth = bandwidth.line("WGSL read alone", read_line);
         }
     }
     for (stem, plot) in [("decode_gpu", &latency), ("decode_bandwidth", &bandwidth)] {
@@ -213,56 +218,74 @@ fn main() -> Result<(), String> {
     Ok(())
 }
 
-/// Times layouts of the split kernel and numbers of splits on the longest batch-1 cache (each
-/// layout checked against the oracle first): what the defaults were chosen from.
+/// Times layouts of the split kernel and numbers of splits at batch 1 on three cache lengths
+/// (16K, 32K and the longest; the longest alone with `--quick`), each layout checked against
+/// the oracle first: what the defaults were chosen from, and how a step's time splits into a
+/// fixed part and a part that grows with the cache.
 fn tune(gpu: &Gpu, timer: &GpuTimer, sizes: &Sizes) -> Result<(), String> {
-    let len = sizes.runs.iter().flat_map(|(_, lens)| lens.iter().copied()).max().unwrap_or(1);
+    let longest = sizes.runs.iter().flat_map(|(_, lens)| lens.iter().copied()).max().unwrap_or(1);
+    let lens = if longest > 1 << 15 { vec![1 << 14, 1 << 15, longest] } else { vec![longest] };
     let (q_heads, kv_heads, head_dim) = (sizes.q_heads, sizes.kv_heads, sizes.head_dim);
-    let spec = DecodeSpec {
-        q_heads,
-        kv_heads,
-        lens: vec![len],
-        q_len: 1,
-        head_dim,
-        causal: false,
-        seed: 1,
-    };
-    let p = DecodeProblem::random(&spec);
-    let cache = GpuCache::upload(&gpu.device, &p.contiguous(0).map_err(|e| e.to_string())?)
-        .map_err(|e| e.to_string())?;
-    let expected = expected_f16(&p)?;
-    println!("Tuning at B = 1, {len} tokens ({} MB of cache):", cache.bytes_per_step() / 1_000_000);
-    println!("threads  key steps  value steps  splits       us    GB/s");
-    let shapes =
-        [(128, 2, 4), (128, 1, 4), (128, 1, 8), (256, 1, 4), (256, 2, 8), (64, 1, 4), (64, 2, 8)];
-    for (threads, key_steps, pv_steps) in shapes {
-        let shape = KernelShape { threads, key_steps, pv_steps };
-        for (i, splits) in [32, 64, 128, 256, 512, 1024].into_iter().enumerate() {
-            let call = DecodeCall::with_shape(
-                &gpu.device,
-                &cache,
-                &p.q,
-                &p.options(),
-                Some(splits),
-                shape,
-            );
-            let call = match call {
-                Ok(call) => call,
-                Err(e) => {
-                    println!("{threads:7}  {key_steps:9}  {pv_steps:11}  {splits:6}  not run: {e}");
-                    continue;
+    // (threads, keys and values loaded at once, scores held): the default, the tuned shape,
+    // and smaller score tiles, which take less workgroup memory.
+    let shapes = [
+        (128, 2, 4, 4096),
+        (256, 2, 8, 4096),
+        (256, 2, 8, 2048),
+        (256, 2, 8, 1024),
+        (256, 1, 8, 1024),
+        (128, 2, 8, 1024),
+        (128, 2, 8, 512),
+        (64, 2, 8, 512),
+    ];
+    for len in lens {
+        let spec = DecodeSpec {
+            q_heads,
+            kv_heads,
+            lens: vec![len],
+            q_len: 1,
+            head_dim,
+            causal: false,
+            seed: 1,
+        };
+        let p = DecodeProblem::random(&spec);
+        let cache = GpuCache::upload(&gpu.device, &p.contiguous(0).map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+        let expected = expected_f16(&p)?;
+        let mb = cache.bytes_per_step() / 1_000_000;
+        println!("\nTuning at B = 1, {len} tokens ({mb} MB of cache):");
+        println!("threads  key steps  value steps  scores  splits       us  partials us    GB/s");
+        for (threads, key_steps, pv_steps, scores) in shapes {
+            let shape = KernelShape { threads, key_steps, pv_steps, scores };
+            for (i, splits) in [16, 32, 64, 128, 256, 512].into_iter().enumerate() {
+                let call = DecodeCall::with_shape(
+                    &gpu.device,
+                    &cache,
+                    &p.q,
+                    &p.options(),
+                    Some(splits),
+                    shape,
+                );
+                let layout =
+                    format!("{threads:7}  {key_steps:9}  {pv_steps:11}  {scores:6}  {splits:6}");
+                let call = match call {
+                    Ok(call) => call,
+                    Err(e) => {
+                        println!("{layout}  not run: {e}");
+                        continue;
+                    }
+                };
+                if i == 0 {
+                    validate(gpu, &call, &p, &expected)?;
                 }
-            };
-            if i == 0 {
-                validate(gpu, &call, &p, &expected)?;
+                let seconds = time(|n| call.run(&gpu.device, &gpu.queue, Some(timer), n))
+                    .map_err(|e| e.to_string())?;
+                let partials =
+                    time(|n| call.run_partials_only(&gpu.device, &gpu.queue, Some(timer), n))
+                        .map_err(|e| e.to_string())?;
+                let rate = cache.bytes_per_step() as f64 / seconds / 1e9;
+                println!("{layout}  {:7.1}  {:11.1}  {rate:6.0}", seconds * 1e6, partials * 1e6);
             }
-            let seconds = time(|n| call.run(&gpu.device, &gpu.queue, Some(timer), n))
-                .map_err(|e| e.to_string())?;
-            let rate = cache.bytes_per_step() as f64 / seconds / 1e9;
-            println!(
-                "{threads:7}  {key_steps:9}  {pv_steps:11}  {splits:6}  {:7.1}  {rate:6.0}",
-                seconds * 1e6
-            );
         }
     }
     Ok(())
@@ -309,14 +332,19 @@ fn time(
     Ok(samples[samples.len() / 2])
 }
 
-/// Bytes per second a WGSL kernel moves copying `bytes` from one buffer to another (read and
-/// write counted): the bandwidth this GPU gives a shader, measured in the same run.
-fn copy_bandwidth(gpu: &Gpu, timer: &GpuTimer, bytes: usize) -> Result<f64, AttentionError> {
+/// Bytes per second WGSL kernels move over `bytes` of a buffer, measured in the same run: a
+/// copy to another buffer (read and write counted), the bandwidth this GPU gives a shader, and
+/// a kernel that only reads, as decoding does.
+fn copy_bandwidth(gpu: &Gpu, timer: &GpuTimer, bytes: usize) -> Result<(f64, f64), AttentionError> {
     let source = buffers::storage::<u32>(&gpu.device, "copy source", bytes / 4)?;
     let destination = buffers::storage::<u32>(&gpu.device, "copy destination", bytes / 4)?;
-    let pipeline = compile(&gpu.device, "copy.wgsl", include_str!("copy.wgsl"), "copy", &[])?;
-    let bind_group = bind(&gpu.device, &pipeline, &[(0, &source), (1, &destination)])?;
-    let copy = [Dispatch { label: "copy", pipeline, bind_group, workgroups: [4096, 1, 1] }];
-    let seconds = time(|n| launch_repeated(&gpu.device, &gpu.queue, &copy, Some(timer), n))?;
-    Ok(2.0 * bytes as f64 / seconds)
+    let mut rates = Vec::new();
+    for (entry, moved) in [("copy", 2 * bytes), ("read_only", bytes)] {
+        let pipeline = compile(&gpu.device, "copy.wgsl", include_str!("copy.wgsl"), entry, &[])?;
+        let bind_group = bind(&gpu.device, &pipeline, &[(0, &source), (1, &destination)])?;
+        let kernel = [Dispatch { label: entry, pipeline, bind_group, workgroups: [4096, 1, 1] }];
+        let seconds = time(|n| launch_repeated(&gpu.device, &gpu.queue, &kernel, Some(timer), n))?;
+        rates.push(moved as f64 / seconds);
+    }
+    Ok((rates[0], rates[1]))
 }

@@ -16,7 +16,11 @@ Backends, each given the grouped K/V heads as they are (`enable_gqa=True`, no co
 flash_fp16 (FlashAttention-2), efficient_fp16 and efficient_fp32 (the memory-efficient kernel),
 cudnn_fp16, math_fp16; flash_attn_kvcache_fp16 (the flash-attn package's
 flash_attn_with_kvcache, its split-KV decoding kernel) when that package is installed; and
-copy_fp16, the time to copy a tensor as large as the K and V cache once (reading and writing it),
+flash_fp16_graph and cudnn_fp16_graph, the same calls captured in a CUDA graph and replayed, which
+removes Python's launch time between calls (where a call takes less GPU time than Python takes
+to launch the next, the eager timings measure the launches; the course's kernels are recorded
+back to back, as a graph is); copy_fp16, the time to copy a tensor as large as the K and V cache
+once (reading and writing it),
 which gives the device's copy bandwidth measured in the same run. Exits with status 3 if torch
 or CUDA is missing.
 
@@ -53,6 +57,8 @@ SDPA_BACKENDS = [
     ("cudnn_fp16", SDPBackend.CUDNN_ATTENTION, torch.float16),
     ("math_fp16", SDPBackend.MATH, torch.float16),
 ]
+# The fastest backends, also timed as CUDA graphs.
+GRAPHED = ["flash_fp16", "cudnn_fp16"]
 
 
 def median_seconds(call, repeats, calls_per_sample):
@@ -70,6 +76,22 @@ def median_seconds(call, repeats, calls_per_sample):
         torch.cuda.synchronize()
         samples.append(start.elapsed_time(end) * 1e-3 / calls_per_sample)
     return statistics.median(samples)
+
+
+def graph_seconds(call, repeats, calls_per_sample):
+    """Median GPU seconds of one call, `calls_per_sample` calls captured in one CUDA graph and
+    each sample one replay of it."""
+    side = torch.cuda.Stream()  # capture needs the warm-up on a side stream
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls_per_sample):
+            call()
+    return median_seconds(graph.replay, repeats, 1) / calls_per_sample
 
 
 def sdpa_call(backend, dtype, b, h, kv_heads, n, d):
@@ -160,13 +182,15 @@ def main():
             (name, lambda backend=backend, dtype=dtype: sdpa_call(backend, dtype, b, h, args.kv_heads, n, d))
             for name, backend, dtype in SDPA_BACKENDS
         ]
+        graphed = [(f"{name}_graph", make) for name, make in calls if name in GRAPHED]
         if flash_attn_with_kvcache is not None:
             calls.append(("flash_attn_kvcache_fp16", lambda: flash_attn_call(b, h, args.kv_heads, n, d)))
         calls.append(("copy_fp16", lambda: copy_call(b, args.kv_heads, n, d)))
-        for name, make in calls:
+        for name, make in calls + graphed:
+            timing = graph_seconds if name.endswith("_graph") else median_seconds
             try:
                 with torch.no_grad():
-                    seconds = median_seconds(make(), args.repeats, args.calls)
+                    seconds = timing(make(), args.repeats, args.calls)
             except (RuntimeError, TypeError, OUT_OF_MEMORY):
                 seconds = float("nan")
             torch.cuda.empty_cache()

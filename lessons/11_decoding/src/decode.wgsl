@@ -64,7 +64,7 @@ const LANES: u32 = THREADS / PACKS; // keys read side by side in the P V phase
 
 var<workgroup> q_rows: array<vec4<f32>, ROWS * HEAD_DIM / 4u>;
 var<workgroup> scores: array<f32, SCORES>;             // [ROWS, TILE]
-var<workgroup> reduce: array<f32, THREADS * MAX_ROWS>; // a value per thread and row
+var<workgroup> reduce: array<f32, THREADS * ROWS>;     // a value per thread and row
 var<workgroup> lane_sums: array<vec4<f32>, THREADS * 2u>;
 
 // ANCHOR: token_address

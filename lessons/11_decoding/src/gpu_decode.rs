@@ -33,10 +33,13 @@ pub const SHADER: &str = include_str!("decode.wgsl");
 pub const MAX_HEAD_DIM: usize = 256;
 /// Query heads one workgroup serves at most (`MAX_ROWS` in the shader).
 const MAX_ROWS: usize = 8;
-/// Scores one workgroup holds (`SCORES`): a tile is `SCORES / rows` keys.
+/// The most scores one workgroup holds (`SCORES` in the shader as written; a layout's `scores`
+/// replaces it): a tile is `scores / rows` keys.
 const SCORES: usize = 4096;
 /// How `split_partials` is laid out: threads per workgroup (a power of two, at least `D / 8`),
-/// keys each thread scores at once, values each thread loads at once. The benchmark's `--tune`
+/// keys each thread scores at once, values each thread loads at once, and the scores a
+/// workgroup holds (a tile of keys is `scores / rows`; fewer take less workgroup memory, so
+/// that more workgroups fit on a multiprocessor at once). The benchmark's `--tune`
 /// tries several on a real GPU; [`KernelShape::for_device`] picks the best that fits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelShape {
@@ -46,34 +49,38 @@ pub struct KernelShape {
     pub key_steps: usize,
     /// `PV_STEPS`
     pub pv_steps: usize,
+    /// `SCORES`: a power of two from `rows` to 4096.
+    pub scores: usize,
 }
 
 impl Default for KernelShape {
-    /// 128 threads, 2 keys and 4 values at once: fits in lavapipe's 32 KiB of workgroup memory.
+    /// The fastest layout `--tune` found on an H100 (2026-11-25, B = 1, Hq = 32, Hkv = 8,
+    /// D = 128, 512 workgroups): 128 threads, 2 keys and 8 values loaded at once, 1024 scores
+    /// (tiles of 256 keys for 4 query heads). 12 KiB of workgroup memory at D = 128, where the
+    /// first layout (4096 scores, 34 KiB with 256 threads) let fewer workgroups share a
+    /// multiprocessor: 16K tokens in 44 us against 77, 128K in 243 us against 286.
     fn default() -> Self {
-        Self { threads: 128, key_steps: 2, pv_steps: 4 }
+        Self { threads: 128, key_steps: 2, pv_steps: 8, scores: 1024 }
     }
 }
 
 impl KernelShape {
-    /// The fastest shape `--tune` found on an H100 (2026-11-25, B = 1, 128K tokens, Hq = 32,
-    /// Hkv = 8, D = 128: 1890 GB/s against 1370 for the default), 256 threads, 2 keys and 8
-    /// values at once, where the device's workgroup memory holds it; else the default.
+    /// The default layout, its scores halved until it fits the device's workgroup memory
+    /// (WebGPU promises 16 KiB; eight query heads of 256 take 8 KiB of it).
     pub fn for_device(device: &wgpu::Device, padded_dim: usize, rows: usize) -> Self {
-        let tuned = Self { threads: 256, key_steps: 2, pv_steps: 8 };
         let limit = device.limits().max_compute_workgroup_storage_size as usize;
-        if tuned.threads >= padded_dim / 8 && workgroup_bytes(tuned, padded_dim, rows) <= limit {
-            tuned
-        } else {
-            Self::default()
+        let mut shape = Self::default();
+        while workgroup_bytes(shape, padded_dim, rows) > limit && shape.scores / 2 >= rows {
+            shape.scores /= 2;
         }
+        shape
     }
 }
 
 /// Bytes of workgroup memory `split_partials` takes: the queries, the scores, a value per
 /// thread and row for the reductions, and 8 sums per thread.
 fn workgroup_bytes(kernel: KernelShape, padded_dim: usize, rows: usize) -> usize {
-    4 * (rows * padded_dim + SCORES + kernel.threads * MAX_ROWS + kernel.threads * 8)
+    4 * (rows * padded_dim + kernel.scores + kernel.threads * rows + kernel.threads * 8)
 }
 /// The most chunks per sequence `merge_splits` merges (`MAX_SPLITS`: their weights are kept in
 /// workgroup memory).
@@ -82,8 +89,9 @@ pub const MAX_SPLITS: usize = 1024;
 // ANCHOR: gpu_splits
 /// Workgroups the split kernel aims to launch: enough to give every multiprocessor of a large
 /// GPU several (an H100 has 132), so that while some wait for memory others compute; no more,
-/// as each chunk costs a partial result to write and merge. Measured on an H100 (B = 1, 128K
-/// tokens, 8 K/V heads, 256 threads): 256 to 512 workgroups 285 us, 1024 300 us, 4096 520 us.
+/// as each chunk costs a partial result to write and merge. Measured on an H100 (2026-11-25,
+/// B = 1, 8 K/V heads, the default layout): at 16K tokens 256, 512 and 1024 workgroups take 47,
+/// 44 and 55 us; at 128K tokens 273, 244 and 242 us, and 4096 workgroups 267 us.
 pub const TARGET_WORKGROUPS: usize = 512;
 /// The fewest keys worth a chunk: below this, the partial result each chunk writes and the
 /// merge reads (`D` floats) is no longer small against the chunk's `2 D` halves per key.
@@ -426,7 +434,7 @@ impl DecodeCall {
             let expected = format!("at least 1 split of the keys and at most {MAX_SPLITS}");
             return Err(cache_error("decoding on the GPU", found, &expected));
         }
-        let tile = SCORES / rows;
+        let tile = kernel.scores / rows;
         let chunk = longest.div_ceil(splits);
         let iterations = loop_iterations(chunk, tile, rows, d, kernel.threads);
         check_loop_iterations(device, "split_partials", iterations)?;
@@ -566,7 +574,8 @@ pub fn kernel_source_with(
         ("HEAD_DIM", padded_dim),
         ("ROWS", rows),
         ("THREADS", kernel.threads),
-        ("TILE", SCORES / rows),
+        ("SCORES", kernel.scores),
+        ("TILE", kernel.scores / rows),
         ("KEY_STEPS", kernel.key_steps),
         ("PV_STEPS", kernel.pv_steps),
     ];
@@ -582,15 +591,18 @@ fn check_kernel_shape(
     padded_dim: usize,
     rows: usize,
 ) -> Result<(), AttentionError> {
-    let KernelShape { threads, key_steps, pv_steps } = kernel;
+    let KernelShape { threads, key_steps, pv_steps, scores } = kernel;
     let fits = threads.is_power_of_two()
         && (padded_dim / 8..=1024).contains(&threads)
         && (1..=2).contains(&key_steps)
-        && (1..=16).contains(&pv_steps);
+        && (1..=16).contains(&pv_steps)
+        && scores.is_power_of_two()
+        && (rows..=SCORES).contains(&scores);
     if !fits {
         return Err(gpu::GpuError::KernelMisuse(format!(
             "{kernel:?} for D = {padded_dim}: expected threads a power of two from D / 8 to \
-             1024, 1 or 2 key steps, 1 to 16 value steps"
+             1024, 1 or 2 key steps, 1 to 16 value steps, scores a power of two from {rows} to \
+             {SCORES}"
         ))
         .into());
     }

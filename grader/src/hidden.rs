@@ -39,6 +39,16 @@ impl Status {
         }
     }
 
+    /// The status as a learner reads it, given how many checks pass: an exercise with no
+    /// failure that still reaches a `todo!()` is "not started" while nothing passes, and
+    /// "unfinished" once something does (its warm-up done, say, and its main task not begun).
+    pub fn describe(self, passed: usize) -> String {
+        match self {
+            Self::NotStarted if passed > 0 => "unfinished".to_string(),
+            other => other.to_string(),
+        }
+    }
+
     /// Parses [`Status::word`].
     pub fn from_word(word: &str) -> Option<Self> {
         [Self::Done, Self::Failing, Self::NotStarted].into_iter().find(|s| s.word() == word)
@@ -73,7 +83,8 @@ pub fn run(exercise: &str, title: &str, checks: Vec<Check>) -> ExitCode {
     }
     let status = Status::of(&outcomes);
     let passed = outcomes.iter().filter(|o| **o == Outcome::Passed).count();
-    println!("\n{exercise}: {status} ({passed} of {} checks pass)", checks.len());
+    let described = status.describe(passed);
+    println!("\n{exercise}: {described} ({passed} of {} checks pass)", checks.len());
     if status == Status::Failing {
         println!(
             "the random cases came from seed {}: `PROPTEST_RNG_SEED={} cargo grade {exercise}` \
@@ -132,6 +143,9 @@ mod tests {
         for s in [Status::Done, Status::Failing, Status::NotStarted] {
             assert_eq!(Status::from_word(s.word()), Some(s));
         }
+        assert_eq!(Status::NotStarted.describe(0), "not started");
+        assert_eq!(Status::NotStarted.describe(8), "unfinished");
+        assert_eq!(Status::Failing.describe(8), "failing");
     }
 
     #[test]

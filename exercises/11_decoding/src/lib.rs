@@ -15,7 +15,7 @@
 use lesson11::cache::{cache_error, check_new_tokens, no_such_sequence};
 use lesson11::decode::{check_decode, chunk};
 use lesson11::{Blocks, KeyValues};
-use ndarray::{Array3, Array4, ArrayView3};
+use ndarray::{Array3, Array4, ArrayView3, s};
 use rayon::prelude::*;
 use reference::{AttentionError, AttentionOptions, AttentionOutput};
 

@@ -243,9 +243,10 @@ fn print_progress(progress: &BTreeMap<String, (Status, String)>) {
             Status::Failing => "[!]",
             Status::NotStarted => "[ ]",
         };
+        let passed = score.split('/').next().and_then(|p| p.parse().ok()).unwrap_or(0);
         println!(
             "  {mark} {name}  {:<12} {score:>5} checks  {topic:<width$} {}",
-            status.to_string(),
+            status.describe(passed),
             lesson.exercise_folder(),
             width = width.unwrap_or(0)
         );

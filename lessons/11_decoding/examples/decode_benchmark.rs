@@ -226,17 +226,21 @@ fn tune(gpu: &Gpu, timer: &GpuTimer, sizes: &Sizes) -> Result<(), String> {
     let longest = sizes.runs.iter().flat_map(|(_, lens)| lens.iter().copied()).max().unwrap_or(1);
     let lens = if longest > 1 << 15 { vec![1 << 14, 1 << 15, longest] } else { vec![longest] };
     let (q_heads, kv_heads, head_dim) = (sizes.q_heads, sizes.kv_heads, sizes.head_dim);
-    // (threads, keys and values loaded at once, scores held): the default, the tuned shape,
-    // and smaller score tiles, which take less workgroup memory.
+    // (threads, keys and values loaded at once, scores held): the first default and the first
+    // tuned shape, then smaller score tiles (less workgroup memory) and fewer or more loads in
+    // flight (fewer or more registers).
     let shapes = [
         (128, 2, 4, 4096),
         (256, 2, 8, 4096),
-        (256, 2, 8, 2048),
-        (256, 2, 8, 1024),
-        (256, 1, 8, 1024),
         (128, 2, 8, 1024),
-        (128, 2, 8, 512),
-        (64, 2, 8, 512),
+        (128, 1, 8, 1024),
+        (128, 1, 4, 1024),
+        (128, 1, 16, 1024),
+        (128, 2, 16, 1024),
+        (128, 1, 8, 512),
+        (64, 1, 8, 512),
+        (256, 1, 8, 1024),
+        (256, 1, 16, 2048),
     ];
     for len in lens {
         let spec = DecodeSpec {
@@ -257,7 +261,7 @@ fn tune(gpu: &Gpu, timer: &GpuTimer, sizes: &Sizes) -> Result<(), String> {
         println!("threads  key steps  value steps  scores  splits       us  partials us    GB/s");
         for (threads, key_steps, pv_steps, scores) in shapes {
             let shape = KernelShape { threads, key_steps, pv_steps, scores };
-            for (i, splits) in [16, 32, 64, 128, 256, 512].into_iter().enumerate() {
+            for (i, splits) in [16, 32, 64, 128, 256].into_iter().enumerate() {
                 let call = DecodeCall::with_shape(
                     &gpu.device,
                     &cache,

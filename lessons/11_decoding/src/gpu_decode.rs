@@ -55,12 +55,13 @@ pub struct KernelShape {
 
 impl Default for KernelShape {
     /// The fastest layout `--tune` found on an H100 (2026-11-25, B = 1, Hq = 32, Hkv = 8,
-    /// D = 128, 512 workgroups): 128 threads, 2 keys and 8 values loaded at once, 1024 scores
-    /// (tiles of 256 keys for 4 query heads). 12 KiB of workgroup memory at D = 128, where the
-    /// first layout (4096 scores, 34 KiB with 256 threads) let fewer workgroups share a
-    /// multiprocessor: 16K tokens in 44 us against 77, 128K in 243 us against 286.
+    /// D = 128, 512 workgroups): 128 threads, 1 key and 8 values loaded at once, 1024 scores
+    /// (tiles of 256 keys for 4 query heads). It takes 12 KiB of workgroup memory at D = 128
+    /// where the first tuned layout (256 threads, 4096 scores) took 34 KiB, so that more
+    /// workgroups share a multiprocessor, and fewer registers than 2 keys at once: 16K tokens in
+    /// 42 us against 77, 128K in 228 us against 284.
     fn default() -> Self {
-        Self { threads: 128, key_steps: 2, pv_steps: 8, scores: 1024 }
+        Self { threads: 128, key_steps: 1, pv_steps: 8, scores: 1024 }
     }
 }
 
@@ -90,8 +91,8 @@ pub const MAX_SPLITS: usize = 1024;
 /// Workgroups the split kernel aims to launch: enough to give every multiprocessor of a large
 /// GPU several (an H100 has 132), so that while some wait for memory others compute; no more,
 /// as each chunk costs a partial result to write and merge. Measured on an H100 (2026-11-25,
-/// B = 1, 8 K/V heads, the default layout): at 16K tokens 256, 512 and 1024 workgroups take 47,
-/// 44 and 55 us; at 128K tokens 273, 244 and 242 us, and 4096 workgroups 267 us.
+/// B = 1, 8 K/V heads, the default layout): at 16K tokens 256, 512 and 1024 workgroups take 46,
+/// 42 and 50 us; at 128K tokens 266, 228 and 231 us.
 pub const TARGET_WORKGROUPS: usize = 512;
 /// The fewest keys worth a chunk: below this, the partial result each chunk writes and the
 /// merge reads (`D` floats) is no longer small against the chunk's `2 D` halves per key.

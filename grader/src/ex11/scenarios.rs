@@ -311,9 +311,10 @@ fn refused<T>(
 
 /// What usually makes [`super::CACHE_ERRORS`] fail.
 pub(crate) const CACHE_ERRORS_HINT: &str = "Check everything before changing anything: the \
-     sequence exists, keys and values are [Hkv, n, D] with the same n >= 1 and finite values \
-     (lesson11::cache::check_new_tokens checks these), and the pool has every block the tokens \
-     need; only then take blocks and write. new refuses any size of 0.";
+     sequence exists (lesson11::cache::no_such_sequence builds that error), keys and values are \
+     [Hkv, n, D] with the same n >= 1 and finite values (lesson11::cache::check_new_tokens \
+     checks these), and the pool has every block the tokens need; only then take blocks and \
+     write. new refuses any size of 0.";
 
 /// The cache's bad calls.
 pub(crate) fn bad_cache_calls(x: &impl Exercise11) -> Result<(), String> {
@@ -480,6 +481,7 @@ pub(crate) fn bad_forks(x: &impl Exercise11) -> Result<(), String> {
         (3, 2, "fork(3, 2) from a sequence the cache does not hold"),
         (0, 3, "fork(0, 3) into a sequence the cache does not hold"),
         (0, 0, "fork(0, 0) into itself"),
+        (2, 2, "fork(2, 2) of an empty sequence into itself"),
         (0, 1, "fork(0, 1) into a sequence holding 2 tokens"),
         (2, 0, "fork(2, 0) of an empty sequence into one holding 6 tokens"),
     ] {

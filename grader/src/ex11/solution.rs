@@ -175,9 +175,13 @@ impl SharedPagedCache {
         self.len_checked(parent)?;
         let child_len = self.len_checked(child)?;
         if parent == child || child_len > 0 {
+            let found = match parent == child {
+                true => "a fork into the parent itself".to_string(),
+                false => format!("sequence {child} holding {child_len} tokens"),
+            };
             return Err(cache_error(
                 &format!("forking sequence {parent} into sequence {child}"),
-                format!("sequence {child} holding {child_len} tokens"),
+                found,
                 "another sequence, holding no token (release it first)",
             ));
         }

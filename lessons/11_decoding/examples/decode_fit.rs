@@ -14,9 +14,10 @@ use std::path::Path;
 
 use bench::Figures;
 
-/// Steps that read at least this many bytes of cache are fitted: more than an H100's 50 MB
-/// of L2 cache, so that each step reads its cache from memory.
-const LEAST_BYTES: f64 = 64.0 * 1024.0 * 1024.0;
+/// Steps that read 64 MiB of cache or more are fitted: more than an H100's 50 MB of L2
+/// cache, so that each step reads its cache from memory. (The bytes are rebuilt from the
+/// tables' rates and times, which rounding leaves a hair off 64 MiB: hence 60.)
+const LEAST_BYTES: f64 = 60.0 * 1024.0 * 1024.0;
 
 /// The columns of one CSV file: names, and rows of numbers (NaN where a cell is empty).
 fn read_csv(path: &Path) -> Result<(Vec<String>, Vec<Vec<f64>>), String> {

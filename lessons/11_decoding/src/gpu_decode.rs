@@ -58,16 +58,18 @@ impl Default for KernelShape {
     /// D = 128, 512 workgroups): 128 threads, 1 key and 8 values loaded at once, 1024 scores
     /// (tiles of 256 keys for 4 query heads). It takes 12 KiB of workgroup memory at D = 128
     /// where the first tuned layout (256 threads, 4096 scores) took 34 KiB, so that more
-    /// workgroups share a multiprocessor, and fewer registers than 2 keys at once: 16K tokens in
-    /// 42 us against 77, 128K in 228 us against 284.
+    /// workgroups share a multiprocessor, and fewer registers than 2 keys at once. With the 512
+    /// workgroups [`gpu_splits`] aims at: 16K tokens in 42 us against 77, 128K in 228 us against
+    /// 284 (6 to 9% and 3 to 6% of that against the earlier layouts at their own best splits).
     fn default() -> Self {
         Self { threads: 128, key_steps: 1, pv_steps: 8, scores: 1024 }
     }
 }
 
 impl KernelShape {
-    /// The default layout, its scores halved until it fits the device's workgroup memory
-    /// (WebGPU promises 16 KiB; eight query heads of 256 take 8 KiB of it).
+    /// The default layout, its scores halved until it fits the device's workgroup memory or
+    /// reach `rows` (at `D = 256` with 8 query heads the rest alone takes 16 KiB, WebGPU's
+    /// least; a call then reports that the layout does not fit).
     pub fn for_device(device: &wgpu::Device, padded_dim: usize, rows: usize) -> Self {
         let limit = device.limits().max_compute_workgroup_storage_size as usize;
         let mut shape = Self::default();

@@ -7,6 +7,8 @@
 //! cargo run --release -p lesson11 --example decode_benchmark             # Hq=32 Hkv=8 D=128
 //! cargo run --release -p lesson11 --example decode_benchmark -- --quick  # small (lavapipe)
 //! cargo run --release -p lesson11 --example decode_benchmark -- --batches 1  # batch 1 only
+//! cargo run --release -p lesson11 --example decode_benchmark -- --tune     # layouts, splits
+//! cargo run --release -p lesson11 --example decode_benchmark -- --anatomy  # loads taken out
 //! ```
 //!
 //! Every configuration is first checked against the f64 oracle (grouped heads, on the
@@ -79,6 +81,8 @@ fn main() -> Result<(), String> {
     if args.iter().any(|a| a == "--tune") {
         return tune(gpu, &timer, &sizes);
     }
+    // The copy also warms the GPU up before anything else is timed: a GPU that idled starts
+    // at a low clock, and the first kernel timed would pay for it.
     let (copy, read) = copy_bandwidth(gpu, &timer, sizes.copy_bytes).map_err(|e| e.to_string())?;
     println!(
         "Copy bandwidth (WGSL, {} MiB read and written): {:.0} GB/s; reading alone: {:.0} GB/s",
@@ -86,6 +90,9 @@ fn main() -> Result<(), String> {
         copy / 1e9,
         read / 1e9
     );
+    if args.iter().any(|a| a == "--anatomy") {
+        return anatomy(gpu, &timer, &sizes);
+    }
 
     let problems: Vec<PeerProblem> = sizes
         .runs
@@ -295,6 +302,98 @@ fn tune(gpu: &Gpu, timer: &GpuTimer, sizes: &Sizes) -> Result<(), String> {
     Ok(())
 }
 
+/// The loads of `decode.wgsl` that `--anatomy` takes out, each replaced by its address (so
+/// that the address arithmetic and the block table reads stay): a key's 16 bytes in the score
+/// phase, a value's in the weighted sum. The `select` of a load it never takes keeps the
+/// buffer bound (a kernel that names no element of a buffer loses its binding), and the
+/// driver drops the load.
+const KEY_LOAD: (&str, &str) =
+    ("let k8 = k_pool[keys[u] + p];", "let k8 = select(k_pool[0], vec4<u32>(keys[u] + p), true);");
+const VALUE_LOAD: (&str, &str) = (
+    "values[u] = v_pool[token_address(b, g, tile + min(t0 + u * LANES, n - 1u)) + pack];",
+    "values[u] = select(v_pool[0], \
+     vec4<u32>(token_address(b, g, tile + min(t0 + u * LANES, n - 1u)) + pack), true);",
+);
+
+/// What a step's time is made of, at batch 1 on 16K tokens and the longest cache, with the
+/// default layout and splits: the kernels as written, the split kernel alone (no merge), and
+/// the kernel with its key loads, its value loads, or both taken out (their answers are then
+/// wrong, and not checked: only the times mean something).
+fn anatomy(gpu: &Gpu, timer: &GpuTimer, sizes: &Sizes) -> Result<(), String> {
+    let longest = sizes.runs.iter().flat_map(|(_, lens)| lens.iter().copied()).max().unwrap_or(1);
+    let lens = if longest > 1 << 14 { vec![1 << 14, longest] } else { vec![longest] };
+    let (q_heads, kv_heads, head_dim) = (sizes.q_heads, sizes.kv_heads, sizes.head_dim);
+    let edit = |edits: &[(&str, &str)]| -> Result<String, String> {
+        let mut shader = lesson11::gpu_decode::SHADER.to_string();
+        for (from, to) in edits {
+            if !shader.contains(from) {
+                return Err(format!("decode.wgsl no longer contains `{from}`"));
+            }
+            shader = shader.replace(from, to);
+        }
+        Ok(shader)
+    };
+    let variants = [
+        ("as written", edit(&[])?),
+        ("keys not read", edit(&[KEY_LOAD])?),
+        ("values not read", edit(&[VALUE_LOAD])?),
+        ("neither read", edit(&[KEY_LOAD, VALUE_LOAD])?),
+    ];
+    for len in lens {
+        let spec = DecodeSpec {
+            q_heads,
+            kv_heads,
+            lens: vec![len],
+            q_len: 1,
+            head_dim,
+            causal: false,
+            seed: 1,
+        };
+        let p = DecodeProblem::random(&spec);
+        let cache = GpuCache::upload(&gpu.device, &p.contiguous(0).map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+        let bytes = cache.bytes_per_step() as f64;
+        println!(
+            "\nB = 1, {len} tokens ({} MB of cache), the default layout:",
+            bytes as u64 / 1_000_000
+        );
+        println!("{:<16} {:>9} {:>12} {:>12}", "kernel", "step us", "partials us", "GB/s read");
+        for (name, shader) in &variants {
+            let shape = KernelShape::default();
+            let call = DecodeCall::with_shader(
+                &gpu.device,
+                &cache,
+                &p.q,
+                &p.options(),
+                None,
+                shape,
+                shader,
+            )
+            .map_err(|e| e.to_string())?;
+            if *name == "as written" {
+                validate(gpu, &call, &p, &expected_f16(&p)?)?;
+            }
+            let step = time(|n| call.run(&gpu.device, &gpu.queue, Some(timer), n))
+                .map_err(|e| e.to_string())?;
+            let partials =
+                time(|n| call.run_partials_only(&gpu.device, &gpu.queue, Some(timer), n))
+                    .map_err(|e| e.to_string())?;
+            let read = match *name {
+                "as written" => bytes,
+                "neither read" => 0.0,
+                _ => bytes / 2.0,
+            };
+            println!(
+                "{name:<16} {:>9.1} {:>12.1} {:>12.0}",
+                step * 1e6,
+                partials * 1e6,
+                read / step / 1e9
+            );
+        }
+    }
+    Ok(())
+}
+
 /// The oracle's answer for `p` on its f16-rounded cache, what the kernels compute with.
 fn expected_f16(p: &DecodeProblem) -> Result<Vec<Expected>, String> {
     let keys: Vec<_> = p.keys.iter().map(round_to_f16).collect();
@@ -317,17 +416,21 @@ fn validate(
 }
 
 /// Median GPU seconds of one call: `run(n)` runs it `n` times back to back and returns their
-/// GPU time. Warm-up for a fifth of a second, then 9 samples of at least 2 ms each.
+/// GPU time. Warm-up for a fifth of a second, then 9 samples of at least 5 ms each. How many
+/// calls make 5 ms is measured after the warm-up: a first call on a GPU that idled (while the
+/// host checked the previous answer) runs at a low clock, and samples sized from it would be
+/// so short that the GPU idles between them again.
 fn time(
     mut run: impl FnMut(usize) -> Result<Option<f64>, AttentionError>,
 ) -> Result<f64, AttentionError> {
     let no_time = || AttentionError::from(gpu::GpuError::Lost("no GPU time".into()));
-    let once = run(1)?.ok_or_else(no_time)?;
-    let n = (2e-3 / once.max(1e-9)).ceil().clamp(1.0, 500.0) as usize;
+    let calls_for = |seconds: f64| (5e-3 / seconds.max(1e-9)).ceil().clamp(1.0, 1000.0) as usize;
+    let mut n = calls_for(run(1)?.ok_or_else(no_time)?);
     let mut busy = 0.0;
     while busy < 0.2 {
         busy += run(n)?.ok_or_else(no_time)?;
     }
+    n = calls_for(run(n)?.ok_or_else(no_time)? / n as f64);
     let mut samples = Vec::new();
     for _ in 0..9 {
         samples.push(run(n)?.ok_or_else(no_time)? / n as f64);

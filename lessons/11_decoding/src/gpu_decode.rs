@@ -390,7 +390,7 @@ impl DecodeCall {
         options: &AttentionOptions,
         splits: Option<usize>,
     ) -> Result<Self, AttentionError> {
-        Self::prepare(device, cache, q, options, splits, None)
+        Self::prepare(device, cache, q, options, splits, None, SHADER)
     }
 
     /// [`DecodeCall::new`] with another layout of the split kernel; an error if its
@@ -404,10 +404,26 @@ impl DecodeCall {
         splits: Option<usize>,
         kernel: KernelShape,
     ) -> Result<Self, AttentionError> {
-        Self::prepare(device, cache, q, options, splits, Some(kernel))
+        Self::prepare(device, cache, q, options, splits, Some(kernel), SHADER)
     }
 
-    /// [`DecodeCall::with_shape`], with [`KernelShape::for_device`]'s layout when `kernel` is
+    /// [`DecodeCall::with_shape`] compiled from another text of `decode.wgsl`: for measuring
+    /// what a part of the kernel costs (the benchmark's `--anatomy` times it with some loads
+    /// taken out). Only [`SHADER`] is tested; an edited kernel's answers are not checked.
+    #[allow(clippy::too_many_arguments)]
+    pub fn with_shader(
+        device: &wgpu::Device,
+        cache: &GpuCache,
+        q: &Array4<f32>,
+        options: &AttentionOptions,
+        splits: Option<usize>,
+        kernel: KernelShape,
+        shader: &str,
+    ) -> Result<Self, AttentionError> {
+        Self::prepare(device, cache, q, options, splits, Some(kernel), shader)
+    }
+
+    /// [`DecodeCall::with_shader`], with [`KernelShape::for_device`]'s layout when `kernel` is
     /// `None`.
     fn prepare(
         device: &wgpu::Device,
@@ -416,6 +432,7 @@ impl DecodeCall {
         options: &AttentionOptions,
         splits: Option<usize>,
         kernel: Option<KernelShape>,
+        shader: &str,
     ) -> Result<Self, AttentionError> {
         let (shape, scale) = check_decode(&cache.shape, q, options)?;
         if shape.q_len != 1 {
@@ -462,7 +479,7 @@ impl DecodeCall {
         };
         let params = buffers::uniform(device, "decode parameters", &params);
 
-        let source = kernel_source_with(d, rows, kernel)?;
+        let source = kernel_source_of(shader, d, rows, kernel)?;
         let split_kernel = compile(device, "decode.wgsl", &source, "split_partials", &[])?;
         let merge_kernel = compile(device, "decode.wgsl", &source, "merge_splits", &[])?;
         let split = Dispatch {
@@ -573,6 +590,16 @@ pub fn kernel_source_with(
     rows: usize,
     kernel: KernelShape,
 ) -> Result<String, AttentionError> {
+    kernel_source_of(SHADER, padded_dim, rows, kernel)
+}
+
+/// [`kernel_source_with`] of another text of the shader (see [`DecodeCall::with_shader`]).
+fn kernel_source_of(
+    shader: &str,
+    padded_dim: usize,
+    rows: usize,
+    kernel: KernelShape,
+) -> Result<String, AttentionError> {
     let constants = [
         ("HEAD_DIM", padded_dim),
         ("ROWS", rows),
@@ -582,7 +609,7 @@ pub fn kernel_source_with(
         ("KEY_STEPS", kernel.key_steps),
         ("PV_STEPS", kernel.pv_steps),
     ];
-    lesson10::unroll(&lesson10::specialise(SHADER, &constants)?)
+    lesson10::unroll(&lesson10::specialise(shader, &constants)?)
 }
 
 /// Whether `kernel` fits the shader and the device: threads a power of two from `D / 8` to

@@ -60,7 +60,9 @@ impl Default for KernelShape {
     /// where the first tuned layout (256 threads, 4096 scores) took 34 KiB, so that more
     /// workgroups share a multiprocessor, and fewer registers than 2 keys at once. With the 512
     /// workgroups [`gpu_splits`] aims at: 16K tokens in 42 us against 77, 128K in 228 us against
-    /// 284 (6 to 9% and 3 to 6% of that against the earlier layouts at their own best splits).
+    /// 284. Against the earlier layouts at their own best number of splits, the smaller tile
+    /// gains 6 to 9% and one key at a time 3 to 6%; the rest is that 512 workgroups now suit
+    /// every cache length.
     fn default() -> Self {
         Self { threads: 128, key_steps: 1, pv_steps: 8, scores: 1024 }
     }
@@ -68,8 +70,8 @@ impl Default for KernelShape {
 
 impl KernelShape {
     /// The default layout, its scores halved until it fits the device's workgroup memory or
-    /// reach `rows` (at `D = 256` with 8 query heads the rest alone takes 16 KiB, WebGPU's
-    /// least; a call then reports that the layout does not fit).
+    /// they are down to `rows` (at `D = 256` with 8 query heads the rest alone takes 16 KiB,
+    /// WebGPU's least; a call then reports that the layout does not fit).
     pub fn for_device(device: &wgpu::Device, padded_dim: usize, rows: usize) -> Self {
         let limit = device.limits().max_compute_workgroup_storage_size as usize;
         let mut shape = Self::default();

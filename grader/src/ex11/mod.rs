@@ -11,8 +11,8 @@ use std::rc::Rc;
 use ndarray::{Array4, ArrayView3};
 use proptest::prelude::*;
 
+use lesson11::KeyValues;
 use lesson11::problem::{DecodeProblem, DecodeSpec};
-use lesson11::{Blocks, KeyValues};
 use reference::{AttentionError, AttentionOptions, AttentionOutput, Tolerance};
 
 use crate::check::{Check, for_all};
@@ -58,8 +58,10 @@ pub const FORK_RANDOM: &str = "random appends, forks and releases (beam search):
      reads its own tokens, decodes to the oracle's answer, and the free blocks are those no table names";
 
 /// The calls the checks make on a solution's paged cache: the lesson's, and the main task's
-/// `fork`. The reads are [`KeyValues`].
-pub trait SharedCache: KeyValues + Send {
+/// `fork`; the reads go through [`SharedCache::reads`].
+pub trait SharedCache: Send {
+    /// The cache as decoding reads it.
+    fn reads(&self) -> &dyn KeyValues;
     /// Appends `n` tokens, `[Hkv, n, D]` keys and values, to sequence `seq`.
     fn append(
         &mut self,
@@ -126,34 +128,10 @@ pub struct CacheMethods<C> {
     pub block_table: for<'a> fn(&'a C, usize) -> Option<&'a [usize]>,
 }
 
-impl<C: KeyValues> KeyValues for Adapted<C> {
-    fn batch(&self) -> usize {
-        self.cache.batch()
-    }
-    fn kv_heads(&self) -> usize {
-        self.cache.kv_heads()
-    }
-    fn head_dim(&self) -> usize {
-        self.cache.head_dim()
-    }
-    fn len(&self, seq: usize) -> usize {
-        self.cache.len(seq)
-    }
-    fn key(&self, seq: usize, kv_head: usize, j: usize) -> &[f32] {
-        self.cache.key(seq, kv_head, j)
-    }
-    fn value(&self, seq: usize, kv_head: usize, j: usize) -> &[f32] {
-        self.cache.value(seq, kv_head, j)
-    }
-    fn largest_key_norm(&self) -> f64 {
-        self.cache.largest_key_norm()
-    }
-    fn blocks(&self) -> Blocks<'_> {
-        self.cache.blocks()
-    }
-}
-
 impl<C: KeyValues + Send> SharedCache for Adapted<C> {
+    fn reads(&self) -> &dyn KeyValues {
+        &self.cache
+    }
     fn append(
         &mut self,
         seq: usize,
@@ -403,6 +381,9 @@ pub fn lesson() -> Functions {
 }
 
 impl SharedCache for SharedPagedCache {
+    fn reads(&self) -> &dyn KeyValues {
+        self
+    }
     fn append(
         &mut self,
         seq: usize,

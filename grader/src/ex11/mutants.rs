@@ -4,9 +4,9 @@
 use ndarray::{Array3, Array4, ArrayView3};
 use reference::{AttentionError, AttentionOptions, AttentionOutput};
 
+use lesson11::KeyValues;
 use lesson11::cache::{cache_error, check_new_tokens};
 use lesson11::decode::{check_decode, chunk};
-use lesson11::{Blocks, KeyValues};
 
 use super::{NewCache, SharedCache, SharedPagedCache};
 use crate::ex11;
@@ -64,6 +64,9 @@ impl PlantedCache {
 }
 
 impl SharedCache for PlantedCache {
+    fn reads(&self) -> &dyn KeyValues {
+        &self.inner
+    }
     fn append(
         &mut self,
         seq: usize,
@@ -169,33 +172,6 @@ impl SharedCache for PlantedCache {
 
     fn block_table(&self, seq: usize) -> Option<&[usize]> {
         self.inner.block_table(seq)
-    }
-}
-
-impl KeyValues for PlantedCache {
-    fn batch(&self) -> usize {
-        self.inner.batch()
-    }
-    fn kv_heads(&self) -> usize {
-        self.inner.kv_heads
-    }
-    fn head_dim(&self) -> usize {
-        self.inner.head_dim
-    }
-    fn len(&self, seq: usize) -> usize {
-        self.inner.len(seq)
-    }
-    fn key(&self, seq: usize, kv_head: usize, j: usize) -> &[f32] {
-        self.inner.key(seq, kv_head, j)
-    }
-    fn value(&self, seq: usize, kv_head: usize, j: usize) -> &[f32] {
-        self.inner.value(seq, kv_head, j)
-    }
-    fn largest_key_norm(&self) -> f64 {
-        self.inner.largest_key_norm()
-    }
-    fn blocks(&self) -> Blocks<'_> {
-        self.inner.blocks()
     }
 }
 

@@ -152,7 +152,7 @@ impl Model {
         self.cache.release(seq).map_err(|e| format!("release({seq}) failed: {e}"))?;
         self.keys[seq] = Array3::zeros((self.layout.kv_heads, 0, self.layout.head_dim));
         self.values[seq] = self.keys[seq].clone();
-        let (len, table) = (self.cache.len(seq), self.cache.block_table(seq));
+        let (len, table) = (self.cache.reads().len(seq), self.cache.block_table(seq));
         if len != 0 || table.is_none_or(|t| !t.is_empty()) {
             return Err(format!(
                 "after release({seq}): length {len} and block table {table:?}; expected 0 and []"
@@ -165,15 +165,15 @@ impl Model {
     /// through `blocks()` (the view a GPU kernel follows), and that the cache's largest key
     /// norm bounds them.
     pub fn expect_contents(&self, when: &str) -> Result<(), String> {
-        let blocks = self.cache.blocks();
+        let blocks = self.cache.reads().blocks();
         let (kv, d) = (self.layout.kv_heads, self.layout.head_dim);
         blocks.check(kv, d).map_err(|e| format!("{when}: blocks(): {e}"))?;
         for seq in 0..self.layout.batch {
             let len = self.len(seq);
-            if self.cache.len(seq) != len || blocks.lens[seq] != len {
+            if self.cache.reads().len(seq) != len || blocks.lens[seq] != len {
                 return Err(format!(
                     "{when}: sequence {seq} holds {} tokens (blocks() says {}); expected {len}",
-                    self.cache.len(seq),
+                    self.cache.reads().len(seq),
                     blocks.lens[seq]
                 ));
             }
@@ -182,8 +182,8 @@ impl Model {
                 for g in 0..kv {
                     let at = ((block * kv + g) * blocks.block_size + j % blocks.block_size) * d;
                     let reads = [
-                        ("key", self.cache.key(seq, g, j), &self.keys[seq]),
-                        ("value", self.cache.value(seq, g, j), &self.values[seq]),
+                        ("key", self.cache.reads().key(seq, g, j), &self.keys[seq]),
+                        ("value", self.cache.reads().value(seq, g, j), &self.values[seq]),
                         ("key in blocks()", &blocks.keys[at..at + d], &self.keys[seq]),
                         ("value in blocks()", &blocks.values[at..at + d], &self.values[seq]),
                     ];
@@ -205,10 +205,10 @@ impl Model {
             .flat_map(|k| k.lanes(Axis(2)))
             .map(|row| row.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt());
         let largest = largest.fold(0.0, f64::max);
-        if self.cache.largest_key_norm() < largest * (1.0 - 1e-6) {
+        if self.cache.reads().largest_key_norm() < largest * (1.0 - 1e-6) {
             return Err(format!(
                 "{when}: largest_key_norm() = {}, but a key has norm {largest}",
-                self.cache.largest_key_norm()
+                self.cache.reads().largest_key_norm()
             ));
         }
         Ok(())
@@ -568,7 +568,7 @@ pub(crate) fn beam_search(x: &impl Exercise11, layout: &Layout) -> Result<(), St
     let mut p = DecodeProblem::random(&spec);
     p.keys = run.keys.clone();
     p.values = run.values.clone();
-    let out = lesson11::decode(run.cache.as_ref(), &p.q, &p.options(), 2)
+    let out = lesson11::decode(run.cache.reads(), &p.q, &p.options(), 2)
         .map_err(|e| format!("lesson11::decode on your cache after the calls: {e}"))?;
     p.check(&out, Tolerance::F32)
         .map_err(|e| format!("lesson11::decode on your cache after the calls: {e}"))

@@ -140,18 +140,7 @@ fn main() -> Result<(), String> {
         columns.push(("best SDPA / ours", 2));
         let mut table = Measurements::new("tokens", &columns);
         for &len in lens {
-            let spec = DecodeSpec {
-                q_heads,
-                kv_heads,
-                lens: vec![len; *batch],
-                q_len: 1,
-                head_dim,
-                causal: false,
-                seed: len as u64,
-            };
-            let p = DecodeProblem::random(&spec);
-            let cache = GpuCache::upload(&gpu.device, &p.contiguous(0).map_err(|e| e.to_string())?)
-                .map_err(|e| e.to_string())?;
+            let (p, cache) = problem_on_gpu(gpu, &sizes, *batch, len, len as u64)?;
             let expected = expected_f16(&p)?;
             let mut ours = Vec::new();
             let mut chosen = 0;
@@ -232,7 +221,6 @@ fn main() -> Result<(), String> {
 fn tune(gpu: &Gpu, timer: &GpuTimer, sizes: &Sizes) -> Result<(), String> {
     let longest = sizes.runs.iter().flat_map(|(_, lens)| lens.iter().copied()).max().unwrap_or(1);
     let lens = if longest > 1 << 15 { vec![1 << 14, 1 << 15, longest] } else { vec![longest] };
-    let (q_heads, kv_heads, head_dim) = (sizes.q_heads, sizes.kv_heads, sizes.head_dim);
     // (threads, keys and values loaded at once, scores held): the first default and the first
     // tuned shape, then smaller score tiles (less workgroup memory) and fewer or more loads in
     // flight (fewer or more registers).
@@ -250,18 +238,7 @@ fn tune(gpu: &Gpu, timer: &GpuTimer, sizes: &Sizes) -> Result<(), String> {
         (256, 1, 16, 2048),
     ];
     for len in lens {
-        let spec = DecodeSpec {
-            q_heads,
-            kv_heads,
-            lens: vec![len],
-            q_len: 1,
-            head_dim,
-            causal: false,
-            seed: 1,
-        };
-        let p = DecodeProblem::random(&spec);
-        let cache = GpuCache::upload(&gpu.device, &p.contiguous(0).map_err(|e| e.to_string())?)
-            .map_err(|e| e.to_string())?;
+        let (p, cache) = problem_on_gpu(gpu, sizes, 1, len, 1)?;
         let expected = expected_f16(&p)?;
         let mb = cache.bytes_per_step() / 1_000_000;
         println!("\nTuning at B = 1, {len} tokens ({mb} MB of cache):");
@@ -322,7 +299,6 @@ const VALUE_LOAD: (&str, &str) = (
 fn anatomy(gpu: &Gpu, timer: &GpuTimer, sizes: &Sizes) -> Result<(), String> {
     let longest = sizes.runs.iter().flat_map(|(_, lens)| lens.iter().copied()).max().unwrap_or(1);
     let lens = if longest > 1 << 14 { vec![1 << 14, longest] } else { vec![longest] };
-    let (q_heads, kv_heads, head_dim) = (sizes.q_heads, sizes.kv_heads, sizes.head_dim);
     let edit = |edits: &[(&str, &str)]| -> Result<String, String> {
         let mut shader = lesson11::gpu_decode::SHADER.to_string();
         for (from, to) in edits {
@@ -340,18 +316,7 @@ fn anatomy(gpu: &Gpu, timer: &GpuTimer, sizes: &Sizes) -> Result<(), String> {
         ("neither read", edit(&[KEY_LOAD, VALUE_LOAD])?),
     ];
     for len in lens {
-        let spec = DecodeSpec {
-            q_heads,
-            kv_heads,
-            lens: vec![len],
-            q_len: 1,
-            head_dim,
-            causal: false,
-            seed: 1,
-        };
-        let p = DecodeProblem::random(&spec);
-        let cache = GpuCache::upload(&gpu.device, &p.contiguous(0).map_err(|e| e.to_string())?)
-            .map_err(|e| e.to_string())?;
+        let (p, cache) = problem_on_gpu(gpu, sizes, 1, len, 1)?;
         let bytes = cache.bytes_per_step() as f64;
         println!(
             "\nB = 1, {len} tokens ({} MB of cache), the default layout:",
@@ -392,6 +357,30 @@ fn anatomy(gpu: &Gpu, timer: &GpuTimer, sizes: &Sizes) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// One decoding step's problem for `sizes`' heads: `batch` sequences of `len` tokens each,
+/// values drawn from `seed`, and its cache uploaded to the GPU.
+fn problem_on_gpu(
+    gpu: &Gpu,
+    sizes: &Sizes,
+    batch: usize,
+    len: usize,
+    seed: u64,
+) -> Result<(DecodeProblem, GpuCache), String> {
+    let spec = DecodeSpec {
+        q_heads: sizes.q_heads,
+        kv_heads: sizes.kv_heads,
+        lens: vec![len; batch],
+        q_len: 1,
+        head_dim: sizes.head_dim,
+        causal: false,
+        seed,
+    };
+    let p = DecodeProblem::random(&spec);
+    let cache = GpuCache::upload(&gpu.device, &p.contiguous(0).map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())?;
+    Ok((p, cache))
 }
 
 /// The oracle's answer for `p` on its f16-rounded cache, what the kernels compute with.

@@ -1,0 +1,119 @@
+//! Generates text with a GPT-2 checkpoint, then compares every registered CPU attention
+//! backend with lesson 01's naive one on the same tokens: the source material's consistency
+//! check, done on a model whose numbers PyTorch agrees with (`tests/pytorch.rs`).
+//!
+//!     cargo run --release -p lesson12 --example consistency                # the tiny checkpoint
+//!     cargo run --release -p lesson12 --example consistency -- gpt2 "The" 20  # GPT-2 small
+//!
+//! Arguments: a checkpoint folder (`config.json`, `model.safetensors`, `vocab.json`,
+//! `merges.txt`), a prompt, and how many tokens to generate. Chapter 12 says how to download
+//! GPT-2 small.
+
+use std::path::PathBuf;
+
+use lesson12::{Attention, Gpt2, Session, Tokenizer, generate, tiny_checkpoint};
+use ndarray::{Array2, Axis};
+
+fn main() {
+    if let Err(error) = run() {
+        eprintln!("error: {error}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let folder = args.next().map_or_else(tiny_checkpoint, PathBuf::from);
+    let prompt = args.next().unwrap_or_else(|| "FlashAttention keeps a tile".to_string());
+    let new_tokens: usize = args.next().map_or(Ok(12), |n| n.parse())?;
+    let model = Gpt2::from_folder(&folder)?;
+    let tokenizer = Tokenizer::from_folder(&folder)?;
+    let c = &model.config;
+    println!(
+        "GPT-2: {} layers, {} heads of {}, {} channels, {} tokens, {} positions",
+        c.n_layer,
+        c.n_head,
+        c.head_dim(),
+        c.n_embd,
+        c.vocab_size,
+        c.n_positions
+    );
+
+    let naive = Attention::naive();
+    let prompt_ids = tokenizer.encode(&prompt);
+    let generated = generate(&model, &naive, &prompt_ids, new_tokens, true)?;
+    println!("prompt: {prompt:?} ({} tokens)", prompt_ids.len());
+    println!("greedy, {new_tokens} tokens with the cache: {:?}\n", tokenizer.decode(&generated)?);
+
+    // Every backend on the prompt and the generated tokens, against naive attention.
+    let tokens: Vec<u32> = prompt_ids.iter().chain(&generated).copied().collect();
+    let baseline = model.trace(&tokens, &naive)?;
+    println!(
+        "{:<28} {:>11} {:>11} {:>11} {:>11} {:>7} {:>8} {:>11}",
+        "backend",
+        "hidden max",
+        "logits max",
+        "logits mean",
+        "relative",
+        "top-1",
+        "greedy",
+        "cached"
+    );
+    for attention in Attention::every_cpu() {
+        let trace = model.trace(&tokens, &attention)?;
+        let hidden =
+            trace.hidden.iter().zip(&baseline.hidden).map(|(a, b)| largest_difference(a, b));
+        let hidden = hidden.fold(0.0, f32::max);
+        let logits = largest_difference(&trace.logits, &baseline.logits);
+        let mean = (&trace.logits - &baseline.logits).mapv(f32::abs).mean().unwrap_or(0.0);
+        let relative = logits / baseline.logits.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+        let top1 = same_argmax(&trace.logits, &baseline.logits);
+        let greedy = generate(&model, &attention, &prompt_ids, new_tokens, true)?;
+        let same = greedy.iter().zip(&generated).take_while(|(a, b)| a == b).count();
+        let cached = cached_against_full(&model, &attention, &tokens, &trace.logits)?;
+        println!(
+            "{:<28} {hidden:>11.2e} {logits:>11.2e} {mean:>11.2e} {relative:>11.2e} {:>7} {:>8} {cached:>11.2e}",
+            attention.name(),
+            format!("{top1}/{}", tokens.len()),
+            format!("{same}/{new_tokens}"),
+        );
+    }
+    println!(
+        "\nhidden max, logits max and mean: largest and mean |difference| from naive attention;\n\
+         relative: logits max over the largest |logit|; top-1: positions whose most likely next\n\
+         token agrees; greedy: generated tokens equal to naive's before the first difference;\n\
+         cached: largest |difference| between the logits of cached decoding (the prompt, then\n\
+         one token at a time) and those of one pass over the whole sequence."
+    );
+    Ok(())
+}
+
+fn largest_difference(a: &Array2<f32>, b: &Array2<f32>) -> f32 {
+    a.iter().zip(b).fold(0.0, |m, (x, y)| m.max((x - y).abs()))
+}
+
+fn same_argmax(a: &Array2<f32>, b: &Array2<f32>) -> usize {
+    let best = |x: &Array2<f32>| {
+        x.axis_iter(Axis(0)).map(|row| lesson12::model::argmax(row)).collect::<Vec<_>>()
+    };
+    best(a).iter().zip(best(b)).filter(|(x, y)| **x == *y).count()
+}
+
+/// The logits of feeding `tokens` to a session (the first half as a prompt, then one at a
+/// time) against `full`, those of one pass: the largest difference.
+fn cached_against_full(
+    model: &Gpt2,
+    attention: &Attention,
+    tokens: &[u32],
+    full: &Array2<f32>,
+) -> Result<f32, lesson12::ModelError> {
+    let mut session = Session::new(model, attention)?;
+    let prompt = tokens.len().div_ceil(2);
+    let mut rows = vec![session.feed(&tokens[..prompt])?];
+    for &token in &tokens[prompt..] {
+        rows.push(session.feed(&[token])?);
+    }
+    let views: Vec<_> = rows.iter().map(|r| r.view()).collect();
+    let cached = ndarray::concatenate(Axis(0), &views).expect("rows of V logits");
+    Ok(largest_difference(&cached, full))
+}

@@ -1,0 +1,414 @@
+//! GPT-2 in ndarray: embeddings, blocks of pre-LayerNorm attention and MLP, a final
+//! LayerNorm, and the language-model head tied to the token embeddings.
+//!
+//! Shapes: `N` tokens, `C` channels, `H` heads of `D = C / H`, `V` vocabulary, `P` positions.
+//! The residual stream `x` is `[N, C]` (one sequence; each row a token).
+
+use std::path::Path;
+
+use lesson11::{KeyValues, KvCache};
+use ndarray::{Array1, Array2, Array3, Axis, s};
+use reference::{AttentionOptions, ForwardVersion};
+
+use crate::checkpoint::Tensors;
+use crate::{Config, ModelError};
+
+/// A linear layer in GPT-2's `Conv1D` layout: `y = x W + b` with `W` stored `[in, out]`.
+#[derive(Clone, Debug)]
+pub struct Conv1d {
+    /// `[in, out]`
+    pub weight: Array2<f32>,
+    /// `[out]`
+    pub bias: Array1<f32>,
+}
+
+impl Conv1d {
+    /// `x [N, in]` to `[N, out]`.
+    pub fn forward(&self, x: &Array2<f32>) -> Array2<f32> {
+        x.dot(&self.weight) + &self.bias
+    }
+}
+
+/// LayerNorm over the channels, statistics in f32.
+#[derive(Clone, Debug)]
+pub struct LayerNorm {
+    /// `[C]`, the gain (transformers calls it `weight`).
+    pub gain: Array1<f32>,
+    /// `[C]`
+    pub bias: Array1<f32>,
+    /// Added to the variance.
+    pub epsilon: f32,
+}
+
+// ANCHOR: layer_norm
+impl LayerNorm {
+    /// Each row `x_i [C]` to `(x_i - mean) / sqrt(var + eps) * gain + bias`, with the mean
+    /// and the (biased) variance of the row's `C` values.
+    pub fn forward(&self, x: &Array2<f32>) -> Array2<f32> {
+        let c = x.ncols() as f32;
+        let mut out = x.clone();
+        for mut row in out.rows_mut() {
+            let mean = row.sum() / c;
+            let variance = row.iter().map(|&v| (v - mean) * (v - mean)).sum::<f32>() / c;
+            let inverse = 1.0 / (variance + self.epsilon).sqrt();
+            row.zip_mut_with(&self.gain, |v, &g| *v = (*v - mean) * inverse * g);
+            row += &self.bias;
+        }
+        out
+    }
+}
+// ANCHOR_END: layer_norm
+
+/// GPT-2's GELU (`gelu_new`): the tanh approximation
+/// `0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))`.
+pub fn gelu(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)).tanh())
+}
+
+/// One transformer block: `x += attn(ln_1(x))`, then `x += mlp(ln_2(x))`.
+#[derive(Clone, Debug)]
+pub struct Block {
+    /// Before attention.
+    pub ln_1: LayerNorm,
+    /// `c_attn`: `[C, 3C]`, Q, K and V side by side.
+    pub qkv: Conv1d,
+    /// `attn.c_proj`: `[C, C]`, the heads' outputs back into the residual stream.
+    pub attn_out: Conv1d,
+    /// Before the MLP.
+    pub ln_2: LayerNorm,
+    /// `c_fc`: `[C, 4C]`.
+    pub mlp_in: Conv1d,
+    /// `mlp.c_proj`: `[4C, C]`.
+    pub mlp_out: Conv1d,
+}
+
+/// GPT-2's weights and sizes.
+#[derive(Clone, Debug)]
+pub struct Gpt2 {
+    /// The sizes.
+    pub config: Config,
+    /// `[V, C]`, token embeddings; also the language-model head (tied).
+    pub wte: Array2<f32>,
+    /// `[P, C]`, position embeddings.
+    pub wpe: Array2<f32>,
+    /// `n_layer` blocks.
+    pub blocks: Vec<Block>,
+    /// The final LayerNorm.
+    pub ln_f: LayerNorm,
+}
+
+/// How the model computes attention: one of the course's registered forward versions (every
+/// one takes the contract's `[B, H, N, D]` and the bottom-right causal mask).
+pub struct Attention {
+    version: ForwardVersion,
+}
+
+impl Attention {
+    /// A registered version.
+    pub fn new(version: ForwardVersion) -> Self {
+        Self { version }
+    }
+
+    /// Lesson 01's naive attention, the baseline every other backend is compared with.
+    pub fn naive() -> Self {
+        Self::new(registry::first_cpu_forward("lesson01").expect("lesson 01 is registered"))
+    }
+
+    /// Every registered CPU forward version, in course order.
+    pub fn every_cpu() -> Vec<Self> {
+        registry::cpu_forwards().into_iter().map(Self::new).collect()
+    }
+
+    /// The version's name, as the registry gives it.
+    pub fn name(&self) -> &'static str {
+        self.version.about.name
+    }
+
+    /// The format the version rounds its inputs to (f16 and bf16 storage: lesson 06).
+    pub fn storage(&self) -> reference::Storage {
+        self.version.about.storage
+    }
+
+    // ANCHOR: attend
+    /// Causal attention of the queries `q [H, n, D]` (the last `n` tokens) over the keys and
+    /// values of every token so far, `k`, `v [H, len, D]`: `[H, n, D]`. The contract's
+    /// bottom-right causal mask is what lets `n < len`: query `i` sees keys
+    /// `0..=i + len - n`, its own position and every one before it.
+    pub fn attend(
+        &self,
+        q: Array3<f32>,
+        k: Array3<f32>,
+        v: Array3<f32>,
+    ) -> Result<Array3<f32>, ModelError> {
+        let [q, k, v] = [q, k, v].map(|x| x.insert_axis(Axis(0)));
+        let out = (self.version.forward)(&q, &k, &v, &AttentionOptions::causal())?;
+        Ok(out.o.index_axis_move(Axis(0), 0))
+    }
+    // ANCHOR_END: attend
+}
+
+/// Every layer's residual stream and the logits of one forward pass.
+#[derive(Clone, Debug)]
+pub struct Trace {
+    /// transformers' `hidden_states`: the embeddings, then the output of each block except
+    /// the last, then the last block's output after the final LayerNorm; `n_layer + 1` of
+    /// `[N, C]`.
+    pub hidden: Vec<Array2<f32>>,
+    /// `[N, V]`
+    pub logits: Array2<f32>,
+}
+
+impl Gpt2 {
+    /// Reads `config.json` and `model.safetensors` from a checkpoint's folder (as saved by
+    /// transformers, or downloaded from the Hugging Face hub).
+    pub fn from_folder(folder: &Path) -> Result<Self, ModelError> {
+        let read = |name: &str| {
+            let path = folder.join(name);
+            std::fs::read(&path).map_err(|error| ModelError::io(&path, error))
+        };
+        let config = read("config.json")?;
+        let config = std::str::from_utf8(&config).map_err(|_| {
+            ModelError::checkpoint("config.json", "bytes that are not UTF-8", "JSON text")
+        })?;
+        Self::from_checkpoint(Config::from_json(config)?, &read("model.safetensors")?)
+    }
+
+    // ANCHOR: load
+    /// The model `config` describes, with its weights from the bytes of a `model.safetensors`.
+    /// Every tensor must be there with the shape the config implies, and nothing else (see
+    /// [`Tensors::finish`]).
+    pub fn from_checkpoint(config: Config, safetensors: &[u8]) -> Result<Self, ModelError> {
+        let mut file = Tensors::parse(safetensors)?;
+        let Config { vocab_size: v, n_positions: p, n_embd: c, n_inner: inner, .. } = config;
+        let wte = file.matrix("wte.weight", [v, c], "vocab_size x n_embd")?;
+        let wpe = file.matrix("wpe.weight", [p, c], "n_positions x n_embd")?;
+        let mut blocks = Vec::with_capacity(config.n_layer);
+        for layer in 0..config.n_layer {
+            let mut conv1d = |name: &str, inputs: usize, outputs: usize| -> Result<_, ModelError> {
+                let name = format!("h.{layer}.{name}");
+                let why = format!("Conv1D stores [in, out] = [{inputs}, {outputs}]");
+                Ok(Conv1d {
+                    weight: file.matrix(&format!("{name}.weight"), [inputs, outputs], &why)?,
+                    bias: file.vector(&format!("{name}.bias"), outputs, "out")?,
+                })
+            };
+            let (qkv, attn_out) = (conv1d("attn.c_attn", c, 3 * c)?, conv1d("attn.c_proj", c, c)?);
+            let (mlp_in, mlp_out) =
+                (conv1d("mlp.c_fc", c, inner)?, conv1d("mlp.c_proj", inner, c)?);
+            let ln_1 = layer_norm(&mut file, &format!("h.{layer}.ln_1"), &config)?;
+            let ln_2 = layer_norm(&mut file, &format!("h.{layer}.ln_2"), &config)?;
+            blocks.push(Block { ln_1, qkv, attn_out, ln_2, mlp_in, mlp_out });
+        }
+        let ln_f = layer_norm(&mut file, "ln_f", &config)?;
+        // GPT-2's head is the token embedding matrix itself; a checkpoint may store a copy.
+        if file.contains("lm_head.weight") {
+            let head = file.matrix("lm_head.weight", [v, c], "vocab_size x n_embd")?;
+            if head != wte {
+                return Err(ModelError::checkpoint(
+                    "model.safetensors: lm_head.weight",
+                    "a head different from wte.weight",
+                    "the head tied to the token embeddings (GPT-2's tie_word_embeddings)",
+                ));
+            }
+        }
+        file.finish()?;
+        Ok(Self { config, wte, wpe, blocks, ln_f })
+    }
+    // ANCHOR_END: load
+
+    /// The logits of every position of `tokens`, `[N, V]`.
+    pub fn logits(&self, tokens: &[u32], attention: &Attention) -> Result<Array2<f32>, ModelError> {
+        Ok(self.trace(tokens, attention)?.logits)
+    }
+
+    // ANCHOR: forward
+    /// One forward pass over `tokens` (at positions `0..N`), keeping every layer's output.
+    /// Errors: no token, a token id outside the vocabulary, more tokens than positions.
+    pub fn trace(&self, tokens: &[u32], attention: &Attention) -> Result<Trace, ModelError> {
+        let mut x = self.embed(tokens, 0)?;
+        let mut hidden = vec![x.clone()];
+        for block in &self.blocks {
+            let (q, k, v) = self.queries_keys_values(block, &x);
+            self.finish_block(block, &mut x, attention.attend(q, k, v)?);
+            hidden.push(x.clone());
+        }
+        let last = self.ln_f.forward(&x);
+        let logits = last.dot(&self.wte.t());
+        *hidden.last_mut().expect("the embeddings at least") = last;
+        Ok(Trace { hidden, logits })
+    }
+    // ANCHOR_END: forward
+
+    // ANCHOR: embed
+    /// `x [N, C]`: each token's embedding plus its position's, for tokens at positions
+    /// `start..start + N`.
+    pub fn embed(&self, tokens: &[u32], start: usize) -> Result<Array2<f32>, ModelError> {
+        let (v, p) = (self.config.vocab_size, self.config.n_positions);
+        if tokens.is_empty() {
+            return Err(ModelError::input("tokens", "none", "at least one token"));
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= v) {
+            return Err(ModelError::input(
+                "tokens",
+                format!("token id {bad}"),
+                format!("ids below vocab_size = {v}"),
+            ));
+        }
+        if start + tokens.len() > p {
+            return Err(ModelError::input(
+                "tokens",
+                format!("positions {start}..{}", start + tokens.len()),
+                format!("at most n_positions = {p} tokens in a sequence"),
+            ));
+        }
+        let mut x = Array2::zeros((tokens.len(), self.config.n_embd));
+        for (i, (mut row, &token)) in x.rows_mut().into_iter().zip(tokens).enumerate() {
+            row.assign(&self.wte.row(token as usize));
+            row += &self.wpe.row(start + i);
+        }
+        Ok(x)
+    }
+    // ANCHOR_END: embed
+
+    // ANCHOR: qkv
+    /// The block's queries, keys and values of `x [N, C]`, each `[H, N, D]`: `ln_1`, then
+    /// `c_attn`, whose `3C` outputs are Q, K and V side by side, each `H` heads of `D`
+    /// channels side by side.
+    pub fn queries_keys_values(
+        &self,
+        block: &Block,
+        x: &Array2<f32>,
+    ) -> (Array3<f32>, Array3<f32>, Array3<f32>) {
+        let (n, c, h, d) =
+            (x.nrows(), self.config.n_embd, self.config.n_head, self.config.head_dim());
+        let qkv = block.qkv.forward(&block.ln_1.forward(x));
+        // [N, 3C] = [N, 3, H, D] -> three [H, N, D]
+        let qkv = qkv.into_shape_with_order((n, 3, h, d)).expect("3C = 3 H D");
+        let heads =
+            |part: usize| qkv.slice(s![.., part, .., ..]).permuted_axes([1, 0, 2]).to_owned();
+        debug_assert_eq!(c, h * d);
+        (heads(0), heads(1), heads(2))
+    }
+
+    /// The rest of the block, given the heads' attention output `[H, N, D]`: heads side by
+    /// side again, `attn.c_proj`, the residual add; then `x += mlp(ln_2(x))`.
+    pub fn finish_block(&self, block: &Block, x: &mut Array2<f32>, heads: Array3<f32>) {
+        let (h, n, d) = heads.dim();
+        let merged = heads.permuted_axes([1, 0, 2]).as_standard_layout().into_owned();
+        let merged = merged.into_shape_with_order((n, h * d)).expect("[N, H, D] is [N, C]");
+        *x += &block.attn_out.forward(&merged);
+        let mut hidden = block.mlp_in.forward(&block.ln_2.forward(x));
+        hidden.mapv_inplace(gelu);
+        *x += &block.mlp_out.forward(&hidden);
+    }
+    // ANCHOR_END: qkv
+}
+
+/// One block's LayerNorm, `name.weight` and `name.bias` of `[C]`.
+fn layer_norm(file: &mut Tensors, name: &str, config: &Config) -> Result<LayerNorm, ModelError> {
+    let c = config.n_embd;
+    Ok(LayerNorm {
+        gain: file.vector(&format!("{name}.weight"), c, "n_embd")?,
+        bias: file.vector(&format!("{name}.bias"), c, "n_embd")?,
+        epsilon: config.layer_norm_epsilon,
+    })
+}
+
+// ANCHOR: session
+/// A sequence being generated: the tokens so far and, for each layer, lesson 11's cache of
+/// their keys and values. Each call to [`Session::feed`] computes only the new tokens.
+pub struct Session<'a> {
+    model: &'a Gpt2,
+    attention: &'a Attention,
+    caches: Vec<KvCache>,
+    len: usize,
+}
+
+impl<'a> Session<'a> {
+    /// An empty sequence: one cache per layer, room for `n_positions` tokens.
+    pub fn new(model: &'a Gpt2, attention: &'a Attention) -> Result<Self, ModelError> {
+        let config = &model.config;
+        let cache = KvCache::new(1, config.n_head, config.n_positions, config.head_dim())?;
+        Ok(Self { model, attention, caches: vec![cache; config.n_layer], len: 0 })
+    }
+
+    /// Tokens so far.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no token has been fed.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Appends `tokens` (a prompt, or one generated token) and returns their logits `[n, V]`.
+    /// Each layer appends the new keys and values to its cache and runs attention of the new
+    /// queries over everything cached. Errors as [`Gpt2::trace`]; nothing is appended then.
+    pub fn feed(&mut self, tokens: &[u32]) -> Result<Array2<f32>, ModelError> {
+        let model = self.model;
+        let mut x = model.embed(tokens, self.len)?;
+        for (block, cache) in model.blocks.iter().zip(&mut self.caches) {
+            let (q, k, v) = model.queries_keys_values(block, &x);
+            cache.append(0, k.view(), v.view())?;
+            let (keys, values) = cached(cache);
+            model.finish_block(block, &mut x, self.attention.attend(q, keys, values)?);
+        }
+        self.len += tokens.len();
+        Ok(model.ln_f.forward(&x).dot(&model.wte.t()))
+    }
+}
+
+/// Every cached key and value of the cache's one sequence, `[H, len, D]` each.
+fn cached(cache: &KvCache) -> (Array3<f32>, Array3<f32>) {
+    let shape = (cache.kv_heads(), cache.len(0), cache.head_dim());
+    let keys = Array3::from_shape_fn(shape, |(head, j, i)| cache.key(0, head, j)[i]);
+    let values = Array3::from_shape_fn(shape, |(head, j, i)| cache.value(0, head, j)[i]);
+    (keys, values)
+}
+// ANCHOR_END: session
+
+/// The index of the largest logit of a row (the first, on a tie): greedy decoding's choice.
+pub fn argmax(logits: ndarray::ArrayView1<f32>) -> u32 {
+    let mut best = 0;
+    for (i, &x) in logits.iter().enumerate() {
+        if x > logits[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Greedy generation of `new_tokens` tokens after `prompt`, with the cache (`cached`) or by
+/// running the whole sequence again for every token. An error, before any work, if the
+/// prompt and the new tokens would not fit in `n_positions`.
+pub fn generate(
+    model: &Gpt2,
+    attention: &Attention,
+    prompt: &[u32],
+    new_tokens: usize,
+    cached: bool,
+) -> Result<Vec<u32>, ModelError> {
+    let positions = model.config.n_positions;
+    if prompt.len() + new_tokens > positions {
+        return Err(ModelError::input(
+            "generation",
+            format!("{} prompt tokens and {new_tokens} new ones", prompt.len()),
+            format!("at most n_positions = {positions} tokens in all"),
+        ));
+    }
+    let mut tokens = prompt.to_vec();
+    let mut session = Session::new(model, attention)?;
+    let mut logits =
+        if cached { session.feed(prompt)? } else { model.logits(prompt, attention)? };
+    for step in 0..new_tokens {
+        let next = argmax(logits.row(logits.nrows() - 1));
+        tokens.push(next);
+        if step + 1 < new_tokens {
+            logits =
+                if cached { session.feed(&[next])? } else { model.logits(&tokens, attention)? };
+        }
+    }
+    Ok(tokens.split_off(prompt.len()))
+}

@@ -1,0 +1,154 @@
+//! The tiny checkpoint against what PyTorch's transformers computed for it in float64
+//! (`checkpoint/make_tiny.py`; its output is `checkpoint/tiny/reference.safetensors` and
+//! `tokenizer_cases.json`).
+
+use lesson12::{Attention, Gpt2, Session, Tokenizer, generate, tiny_checkpoint};
+use ndarray::{Array2, ArrayView2};
+use reference::Storage;
+use safetensors::{Dtype, SafeTensors};
+
+/// The reference file's tensors.
+struct Reference {
+    bytes: Vec<u8>,
+}
+
+impl Reference {
+    fn load() -> Self {
+        let path = tiny_checkpoint().join("reference.safetensors");
+        Self { bytes: std::fs::read(&path).expect("checkpoint/tiny/reference.safetensors") }
+    }
+
+    fn file(&self) -> SafeTensors<'_> {
+        SafeTensors::deserialize(&self.bytes).expect("a safetensors file")
+    }
+
+    fn ids(&self, name: &str) -> Vec<u32> {
+        let file = self.file();
+        let tensor = file.tensor(name).expect(name);
+        assert_eq!(tensor.dtype(), Dtype::I64);
+        tensor
+            .data()
+            .chunks_exact(8)
+            .map(|b| i64::from_le_bytes(b.try_into().unwrap()) as u32)
+            .collect()
+    }
+
+    fn matrix(&self, name: &str) -> Array2<f64> {
+        let file = self.file();
+        let tensor = file.tensor(name).expect(name);
+        assert_eq!(tensor.dtype(), Dtype::F64);
+        let data = tensor.data().chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().unwrap()));
+        Array2::from_shape_vec((tensor.shape()[0], tensor.shape()[1]), data.collect()).unwrap()
+    }
+
+    fn text(&self, key: &str) -> String {
+        let (_, metadata) = SafeTensors::read_metadata(&self.bytes).unwrap();
+        metadata.metadata().as_ref().and_then(|m| m.get(key)).expect(key).clone()
+    }
+}
+
+/// The largest difference from the reference, relative to the reference's largest value.
+fn relative_error(ours: ArrayView2<f32>, reference: ArrayView2<f64>) -> f64 {
+    assert_eq!(ours.dim(), reference.dim());
+    let largest = reference.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+    let worst =
+        ours.iter().zip(reference).fold(0.0f64, |m, (&a, b)| m.max((f64::from(a) - b).abs()));
+    worst / largest
+}
+
+/// How far a backend's hidden states and logits may be from float64, relative to the
+/// largest value of each: the unit roundoff of the format attention stores its inputs in,
+/// times 8, and 2e-5 for f32 arithmetic everywhere else. Measured on this checkpoint
+/// (2026-11-25): 9.4e-7 at most with f32 storage, 5.7e-4 (1.2 units) with f16, 9.5e-3 (2.4
+/// units) with bf16. A transposed Conv1D, a LayerNorm without its gain or a missing causal
+/// mask give 0.1 or more.
+fn tolerance(storage: Storage) -> f64 {
+    let unit = match storage {
+        Storage::F32 => 0.0,
+        Storage::F16 => 2f64.powi(-11),
+        Storage::BF16 => 2f64.powi(-8),
+    };
+    2e-5 + 8.0 * unit
+}
+
+#[test]
+fn every_layer_and_the_logits_match_pytorch_with_every_cpu_backend() {
+    let model = Gpt2::from_folder(&tiny_checkpoint()).unwrap();
+    let reference = Reference::load();
+    let tokens = reference.ids("input_ids");
+    for attention in Attention::every_cpu() {
+        let allowed = tolerance(attention.storage());
+        let trace = model.trace(&tokens, &attention).unwrap();
+        let named = trace.hidden.iter().enumerate().map(|(i, h)| (format!("hidden_states.{i}"), h));
+        for (name, ours) in named.chain([("logits".to_string(), &trace.logits)]) {
+            let error = relative_error(ours.view(), reference.matrix(&name).view());
+            assert!(
+                error <= allowed,
+                "{}: {name} is {error:.2e} from PyTorch's (relative to its largest value); \
+                 at most {allowed:.1e} allowed. Layers before it agree: look there first.",
+                attention.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn tokenizer_gives_transformers_ids() {
+    let tokenizer = Tokenizer::from_folder(&tiny_checkpoint()).unwrap();
+    let cases = std::fs::read_to_string(tiny_checkpoint().join("tokenizer_cases.json")).unwrap();
+    let cases: serde_json::Value = serde_json::from_str(&cases).unwrap();
+    for case in cases.as_array().unwrap() {
+        let text = case["text"].as_str().unwrap();
+        let ids: Vec<u32> =
+            case["ids"].as_array().unwrap().iter().map(|id| id.as_u64().unwrap() as u32).collect();
+        assert_eq!(tokenizer.encode(text), ids, "{text:?}");
+        assert_eq!(tokenizer.decode(&ids).unwrap(), text);
+    }
+    let reference = Reference::load();
+    assert_eq!(tokenizer.encode(&reference.text("text")), reference.ids("input_ids"));
+    assert_eq!(tokenizer.encode(&reference.text("prompt")), reference.ids("prompt_ids"));
+}
+
+#[test]
+fn greedy_generation_gives_pytorchs_tokens_with_and_without_the_cache() {
+    let model = Gpt2::from_folder(&tiny_checkpoint()).unwrap();
+    let reference = Reference::load();
+    let (prompt, expected) = (reference.ids("prompt_ids"), reference.ids("generated"));
+    // f32 storage only: PyTorch's greedy choices win by 0.037 or more, beyond f32's error
+    // but not beyond f16 or bf16 rounding of the attention inputs.
+    for attention in Attention::every_cpu().iter().filter(|a| a.storage() == Storage::F32) {
+        for cached in [true, false] {
+            let tokens = generate(&model, attention, &prompt, expected.len(), cached).unwrap();
+            assert_eq!(tokens, expected, "{} (cached: {cached})", attention.name());
+        }
+    }
+}
+
+#[test]
+fn cached_decoding_equals_recomputing_the_whole_sequence() {
+    let model = Gpt2::from_folder(&tiny_checkpoint()).unwrap();
+    let tokens = Reference::load().ids("input_ids");
+    for attention in Attention::every_cpu() {
+        let full = model.logits(&tokens, &attention).unwrap();
+        let largest = full.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+        let mut session = Session::new(&model, &attention).unwrap();
+        // A prompt of 5 tokens, then one token at a time, then a chunk of 3.
+        let mut start = 0;
+        for end in [5, 6, 7, 8, 11, tokens.len()] {
+            let logits = session.feed(&tokens[start..end]).unwrap();
+            let expected = full.slice(ndarray::s![start..end, ..]);
+            let worst = logits.iter().zip(expected).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+            // Both are f32 computations of the same sums in different orders (measured:
+            // 1e-6 of the largest logit at most).
+            let allowed = tolerance(attention.storage()) as f32 * largest;
+            assert!(
+                worst <= allowed,
+                "{}: tokens {start}..{end} fed to the cache give logits {worst:.2e} from the \
+                 whole sequence's (at most {allowed:.1e})",
+                attention.name()
+            );
+            start = end;
+        }
+        assert_eq!(session.len(), tokens.len());
+    }
+}

@@ -154,6 +154,8 @@ if $timings; then
     # Differences in the last bits of f32 sums, which depend on the CPU's vector instructions.
     show lesson12_consistency "cargo run --release -p lesson12 --example consistency" cargo run --release -p lesson12 --example consistency
     stamp lesson12_consistency
+    show lesson12_precision "cargo run --release -p lesson12 --example precision" cargo run --release -p lesson12 --example precision
+    stamp lesson12_precision
     # Which tests each bug planted in the WGSL kernels turns red (GPU races make this vary
     # from run to run, so it is not part of --check).
     cargo run -p grader --features gpu --example gpu_planted_bugs >"$out/gpu_mutants.md"

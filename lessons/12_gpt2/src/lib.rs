@@ -10,6 +10,8 @@
 //! * [`tokenizer`]: GPT-2's byte-level BPE, from `vocab.json` and `merges.txt`.
 //! * [`model`]: the forward pass in ndarray, its attention through any registered version of
 //!   the course ([`Attention`]), and generation with lesson 11's cache ([`Session`]).
+//! * [`precision`]: strategies that store weights, activations and the residual stream in
+//!   f16 or bf16, and a monitor of every layer's output that finds the first NaN or infinity.
 //!
 //! `checkpoint/make_tiny.py` made the tiny checkpoint in `checkpoint/tiny` (random weights,
 //! GPT-2's format) and the logits PyTorch computes for it; the tests compare ours with them.
@@ -18,11 +20,13 @@ pub mod checkpoint;
 pub mod config;
 pub mod error;
 pub mod model;
+pub mod precision;
 pub mod tokenizer;
 
 pub use config::Config;
 pub use error::ModelError;
 pub use model::{Attention, Gpt2, Session, Trace, generate};
+pub use precision::{Monitor, Precision};
 pub use tokenizer::Tokenizer;
 
 /// The folder of the tiny checkpoint the tests and the tour read.

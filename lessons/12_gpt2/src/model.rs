@@ -11,6 +11,7 @@ use ndarray::{Array1, Array2, Array3, Axis, s};
 use reference::{AttentionOptions, ForwardVersion};
 
 use crate::checkpoint::Tensors;
+use crate::precision::{Dtype, Monitor, Precision, round, round_all};
 use crate::{Config, ModelError};
 
 /// A linear layer in GPT-2's `Conv1D` layout: `y = x W + b` with `W` stored `[in, out]`.
@@ -43,14 +44,19 @@ pub struct LayerNorm {
 // ANCHOR: layer_norm
 impl LayerNorm {
     /// Each row `x_i [C]` to `(x_i - mean) / sqrt(var + eps) * gain + bias`, with the mean
-    /// and the (biased) variance of the row's `C` values.
-    pub fn forward(&self, x: &Array2<f32>) -> Array2<f32> {
+    /// and the (biased) variance of the row's `C` values, summed in `stats` (f32 but for the
+    /// aggressive strategy: a sum of squares in f16 passes 65504 once the values' root mean
+    /// square passes `256 / sqrt(C)`).
+    pub fn forward(&self, x: &Array2<f32>, stats: Dtype) -> Array2<f32> {
         let c = x.ncols() as f32;
+        let sum = |values: &mut dyn Iterator<Item = f32>| {
+            values.fold(0.0, |total, v| round(total + round(v, stats), stats))
+        };
         let mut out = x.clone();
         for mut row in out.rows_mut() {
-            let mean = row.sum() / c;
-            let variance = row.iter().map(|&v| (v - mean) * (v - mean)).sum::<f32>() / c;
-            let inverse = 1.0 / (variance + self.epsilon).sqrt();
+            let mean = round(sum(&mut row.iter().copied()) / c, stats);
+            let variance = sum(&mut row.iter().map(|&v| (v - mean) * (v - mean))) / c;
+            let inverse = 1.0 / (round(variance, stats) + self.epsilon).sqrt();
             row.zip_mut_with(&self.gain, |v, &g| *v = (*v - mean) * inverse * g);
             row += &self.bias;
         }
@@ -96,6 +102,8 @@ pub struct Gpt2 {
     pub blocks: Vec<Block>,
     /// The final LayerNorm.
     pub ln_f: LayerNorm,
+    /// Where the forward pass rounds to 16 bits ([`Gpt2::with_precision`]).
+    pub precision: Precision,
 }
 
 /// How the model computes attention: one of the course's registered forward versions (every
@@ -213,7 +221,7 @@ impl Gpt2 {
             }
         }
         file.finish()?;
-        Ok(Self { config, wte, wpe, blocks, ln_f })
+        Ok(Self { config, wte, wpe, blocks, ln_f, precision: Precision::F32 })
     }
     // ANCHOR_END: load
 
@@ -226,15 +234,31 @@ impl Gpt2 {
     /// One forward pass over `tokens` (at positions `0..N`), keeping every layer's output.
     /// Errors: no token, a token id outside the vocabulary, more tokens than positions.
     pub fn trace(&self, tokens: &[u32], attention: &Attention) -> Result<Trace, ModelError> {
+        self.trace_monitored(tokens, attention, &mut Monitor::default())
+    }
+
+    /// The same, recording each layer's output statistics in `monitor` as it goes: after an
+    /// error (attention refuses infinite inputs) the monitor still says where it started.
+    pub fn trace_monitored(
+        &self,
+        tokens: &[u32],
+        attention: &Attention,
+        monitor: &mut Monitor,
+    ) -> Result<Trace, ModelError> {
         let mut x = self.embed(tokens, 0)?;
+        monitor.record("embeddings", &x);
         let mut hidden = vec![x.clone()];
-        for block in &self.blocks {
+        for (layer, block) in self.blocks.iter().enumerate() {
             let (q, k, v) = self.queries_keys_values(block, &x);
-            self.finish_block(block, &mut x, attention.attend(q, k, v)?);
+            let heads = attention.attend(q, k, v)?;
+            self.finish_block(block, layer, &mut x, heads, monitor);
             hidden.push(x.clone());
         }
-        let last = self.ln_f.forward(&x);
-        let logits = last.dot(&self.wte.t());
+        let last = self.stored(self.ln_f.forward(&x, self.precision.stream()));
+        monitor.record("ln_f", &last);
+        let mut logits = last.dot(&self.wte.t());
+        round_all(&mut logits, self.precision.stream());
+        monitor.record("logits", &logits);
         *hidden.last_mut().expect("the embeddings at least") = last;
         Ok(Trace { hidden, logits })
     }
@@ -267,6 +291,7 @@ impl Gpt2 {
             row.assign(&self.wte.row(token as usize));
             row += &self.wpe.row(start + i);
         }
+        round_all(&mut x, self.precision.stream());
         Ok(x)
     }
     // ANCHOR_END: embed
@@ -282,7 +307,8 @@ impl Gpt2 {
     ) -> (Array3<f32>, Array3<f32>, Array3<f32>) {
         let (n, c, h, d) =
             (x.nrows(), self.config.n_embd, self.config.n_head, self.config.head_dim());
-        let qkv = block.qkv.forward(&block.ln_1.forward(x));
+        let normalised = self.stored(block.ln_1.forward(x, self.precision.stream()));
+        let qkv = self.stored(block.qkv.forward(&normalised));
         // [N, 3C] = [N, 3, H, D] -> three [H, N, D]
         let qkv = qkv.into_shape_with_order((n, 3, h, d)).expect("3C = 3 H D");
         let heads =
@@ -291,18 +317,71 @@ impl Gpt2 {
         (heads(0), heads(1), heads(2))
     }
 
-    /// The rest of the block, given the heads' attention output `[H, N, D]`: heads side by
-    /// side again, `attn.c_proj`, the residual add; then `x += mlp(ln_2(x))`.
-    pub fn finish_block(&self, block: &Block, x: &mut Array2<f32>, heads: Array3<f32>) {
+    /// The rest of block `layer`, given the heads' attention output `[H, N, D]`: heads side
+    /// by side again, `attn.c_proj`, the residual add; then `x += mlp(ln_2(x))`. Each output
+    /// is rounded as the model's precision says, and recorded in `monitor`.
+    pub fn finish_block(
+        &self,
+        block: &Block,
+        layer: usize,
+        x: &mut Array2<f32>,
+        heads: Array3<f32>,
+        monitor: &mut Monitor,
+    ) {
         let (h, n, d) = heads.dim();
         let merged = heads.permuted_axes([1, 0, 2]).as_standard_layout().into_owned();
         let merged = merged.into_shape_with_order((n, h * d)).expect("[N, H, D] is [N, C]");
-        *x += &block.attn_out.forward(&merged);
-        let mut hidden = block.mlp_in.forward(&block.ln_2.forward(x));
+        let attended = self.stored(block.attn_out.forward(&self.stored(merged)));
+        monitor.record(&format!("h.{layer}.attn"), &attended);
+        self.add_to_stream(x, &attended);
+        let normalised = self.stored(block.ln_2.forward(x, self.precision.stream()));
+        let mut hidden = self.stored(block.mlp_in.forward(&normalised));
         hidden.mapv_inplace(gelu);
-        *x += &block.mlp_out.forward(&hidden);
+        let mlp = self.stored(block.mlp_out.forward(&self.stored(hidden)));
+        monitor.record(&format!("h.{layer}.mlp"), &mlp);
+        self.add_to_stream(x, &mlp);
+        monitor.record(&format!("h.{layer}"), x);
     }
     // ANCHOR_END: qkv
+
+    // ANCHOR: precision
+    /// The model with its weights rounded to `precision`'s 16-bit format, and its forward
+    /// passes rounding activations, the residual stream, LayerNorm statistics and logits as
+    /// [`Precision`] says.
+    pub fn with_precision(&self, precision: Precision) -> Self {
+        let mut model = self.clone();
+        let dtype = precision.storage();
+        round_all(&mut model.wte, dtype);
+        round_all(&mut model.wpe, dtype);
+        for block in &mut model.blocks {
+            for conv in [&mut block.qkv, &mut block.attn_out, &mut block.mlp_in, &mut block.mlp_out]
+            {
+                round_all(&mut conv.weight, dtype);
+                round_all(&mut conv.bias, dtype);
+            }
+        }
+        for norm in model.blocks.iter_mut().flat_map(|b| [&mut b.ln_1, &mut b.ln_2]) {
+            round_all(&mut norm.gain, dtype);
+            round_all(&mut norm.bias, dtype);
+        }
+        round_all(&mut model.ln_f.gain, dtype);
+        round_all(&mut model.ln_f.bias, dtype);
+        model.precision = precision;
+        model
+    }
+
+    /// An activation as stored between two operations.
+    fn stored(&self, mut x: Array2<f32>) -> Array2<f32> {
+        round_all(&mut x, self.precision.storage());
+        x
+    }
+
+    /// `x += delta` in the residual stream's format.
+    fn add_to_stream(&self, x: &mut Array2<f32>, delta: &Array2<f32>) {
+        *x += delta;
+        round_all(x, self.precision.stream());
+    }
+    // ANCHOR_END: precision
 }
 
 /// One block's LayerNorm, `name.weight` and `name.bias` of `[C]`.
@@ -349,14 +428,18 @@ impl<'a> Session<'a> {
     pub fn feed(&mut self, tokens: &[u32]) -> Result<Array2<f32>, ModelError> {
         let model = self.model;
         let mut x = model.embed(tokens, self.len)?;
-        for (block, cache) in model.blocks.iter().zip(&mut self.caches) {
+        for (layer, (block, cache)) in model.blocks.iter().zip(&mut self.caches).enumerate() {
             let (q, k, v) = model.queries_keys_values(block, &x);
             cache.append(0, k.view(), v.view())?;
             let (keys, values) = cached(cache);
-            model.finish_block(block, &mut x, self.attention.attend(q, keys, values)?);
+            let heads = self.attention.attend(q, keys, values)?;
+            model.finish_block(block, layer, &mut x, heads, &mut Monitor::default());
         }
         self.len += tokens.len();
-        Ok(model.ln_f.forward(&x).dot(&model.wte.t()))
+        let last = model.stored(model.ln_f.forward(&x, model.precision.stream()));
+        let mut logits = last.dot(&model.wte.t());
+        round_all(&mut logits, model.precision.stream());
+        Ok(logits)
     }
 }
 

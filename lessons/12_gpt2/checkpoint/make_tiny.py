@@ -35,7 +35,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, GPT2Tokenizer
 
 OUT = pathlib.Path(__file__).resolve().parent / "tiny"
 SEED = 20261125
-MERGES = 320
+MERGES = 320  # at most: the corpus runs out of pairs after 245
 NEW_TOKENS = 12
 # GPT-2's pre-tokenizer: text is cut into these pieces before BPE merges within each.
 PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""

@@ -82,8 +82,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         "\nhidden max, logits max and mean: largest and mean |difference| from naive attention;\n\
          relative: logits max over the largest |logit|; top-1: positions whose most likely next\n\
          token agrees; greedy: generated tokens equal to naive's before the first difference;\n\
-         cached: largest |difference| between the logits of cached decoding (the prompt, then\n\
-         one token at a time) and those of one pass over the whole sequence."
+         cached: largest |difference| between the logits of cached decoding (the first half of the\n\
+         tokens at once, then one at a time) and those of one pass over the whole sequence."
     );
     Ok(())
 }

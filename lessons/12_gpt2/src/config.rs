@@ -66,7 +66,7 @@ impl Config {
             ));
         }
         let n_inner = match json.get("n_inner") {
-            None | Some(Value::Null) => 4 * n_embd,
+            None | Some(Value::Null) => n_embd.saturating_mul(4),
             Some(_) => size("n_inner")?,
         };
         let epsilon = json.get("layer_norm_epsilon").map_or(Some(1e-5), Value::as_f64);

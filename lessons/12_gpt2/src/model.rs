@@ -402,6 +402,8 @@ pub struct Session<'a> {
     attention: &'a Attention,
     caches: Vec<KvCache>,
     len: usize,
+    /// A call failed after some layers had cached its tokens.
+    failed: bool,
 }
 
 impl<'a> Session<'a> {
@@ -409,7 +411,7 @@ impl<'a> Session<'a> {
     pub fn new(model: &'a Gpt2, attention: &'a Attention) -> Result<Self, ModelError> {
         let config = &model.config;
         let cache = KvCache::new(1, config.n_head, config.n_positions, config.head_dim())?;
-        Ok(Self { model, attention, caches: vec![cache; config.n_layer], len: 0 })
+        Ok(Self { model, attention, caches: vec![cache; config.n_layer], len: 0, failed: false })
     }
 
     /// Tokens so far.
@@ -424,15 +426,26 @@ impl<'a> Session<'a> {
 
     /// Appends `tokens` (a prompt, or one generated token) and returns their logits `[n, V]`.
     /// Each layer appends the new keys and values to its cache and runs attention of the new
-    /// queries over everything cached. Errors as [`Gpt2::trace`]; nothing is appended then.
+    /// queries over everything cached. Errors as [`Gpt2::trace`]: for a bad token nothing is
+    /// appended; if a layer fails (non-finite values), earlier layers have cached the tokens
+    /// already, so the session refuses every later call.
     pub fn feed(&mut self, tokens: &[u32]) -> Result<Array2<f32>, ModelError> {
+        if self.failed {
+            return Err(ModelError::input(
+                "feeding a session",
+                "a session whose caches a failed call left part-written",
+                "a new Session",
+            ));
+        }
         let model = self.model;
         let mut x = model.embed(tokens, self.len)?;
         for (layer, (block, cache)) in model.blocks.iter().zip(&mut self.caches).enumerate() {
             let (q, k, v) = model.queries_keys_values(block, &x);
+            self.failed = true; // until this layer has cached and attended
             cache.append(0, k.view(), v.view())?;
             let (keys, values) = cached(cache);
             let heads = self.attention.attend(q, keys, values)?;
+            self.failed = false;
             model.finish_block(block, layer, &mut x, heads, &mut Monitor::default());
         }
         self.len += tokens.len();
@@ -474,7 +487,7 @@ pub fn generate(
     cached: bool,
 ) -> Result<Vec<u32>, ModelError> {
     let positions = model.config.n_positions;
-    if prompt.len() + new_tokens > positions {
+    if new_tokens > positions.saturating_sub(prompt.len()) {
         return Err(ModelError::input(
             "generation",
             format!("{} prompt tokens and {new_tokens} new ones", prompt.len()),

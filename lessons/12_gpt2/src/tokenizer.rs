@@ -290,7 +290,13 @@ impl Tokenizer {
             if self.special.iter().any(|(_, special)| *special == id) {
                 bytes.extend(token.bytes());
             } else {
-                bytes.extend(token.chars().map(|c| char_byte[&c]));
+                for c in token.chars() {
+                    let byte = char_byte.get(&c).ok_or_else(|| {
+                        let found = format!("token {id}, {token:?}, holding {c:?}");
+                        ModelError::checkpoint("vocab.json", found, "tokens written in byte_chars")
+                    })?;
+                    bytes.push(*byte);
+                }
             }
         }
         Ok(String::from_utf8_lossy(&bytes).into_owned())

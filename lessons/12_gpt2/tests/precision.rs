@@ -36,8 +36,9 @@ fn each_strategy_rounds_and_stays_within_a_few_units_of_its_format() {
         let logits = model.with_precision(precision).logits(&tokens(), &naive).unwrap();
         let (_, _, relative) = logit_errors(&logits, &f32_logits);
         let units = relative / unit(precision.storage());
-        // Measured (2026-11-25): 3.3 and 4.2 units for mixed f16 and bf16, 5.3 and 6.5 for
-        // aggressive. Below a tenth of a unit, the strategy did not round at all.
+        // The precision example measured 3.3 and 4.2 units for mixed f16 and bf16, 5.3 and
+        // 6.5 for aggressive (2026-11-25, its 23 tokens). Below a tenth of a unit, the
+        // strategy did not round at all.
         assert!((0.1..=16.0).contains(&units), "{}: {units:.2} units", precision.name());
     }
 }
@@ -87,6 +88,20 @@ fn the_monitor_names_the_first_layer_that_overflows_f16() {
         let overflows = precision.storage() == Dtype::F16; // bf16 has f32's range
         assert_eq!(first, overflows.then_some("h.1.mlp"), "{}", precision.name());
     }
+}
+
+#[test]
+fn a_session_that_failed_midway_refuses_further_tokens() {
+    // The first block's MLP output overflows f16, so layer 1's keys are NaN: its cache
+    // refuses them after layer 0's cache took the tokens.
+    let mut model = Gpt2::from_folder(&tiny_checkpoint()).unwrap();
+    model.blocks[0].mlp_out.weight *= 20000.0;
+    let model = model.with_precision(Precision::Mixed(Dtype::F16));
+    let naive = Attention::naive();
+    let mut session = lesson12::Session::new(&model, &naive).unwrap();
+    assert!(session.feed(&tokens()).is_err());
+    let message = session.feed(&[1]).unwrap_err().to_string();
+    assert!(message.contains("a new Session"), "{message}");
 }
 
 #[test]

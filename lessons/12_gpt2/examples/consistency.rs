@@ -11,6 +11,7 @@
 
 use std::path::PathBuf;
 
+use lesson12::model::same_top1;
 use lesson12::{Attention, Gpt2, Session, Tokenizer, generate, tiny_checkpoint};
 use ndarray::{Array2, Axis};
 
@@ -67,7 +68,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         let logits = largest_difference(&trace.logits, &baseline.logits);
         let mean = (&trace.logits - &baseline.logits).mapv(f32::abs).mean().unwrap_or(0.0);
         let relative = logits / baseline.logits.iter().fold(0.0f32, |m, x| m.max(x.abs()));
-        let top1 = same_argmax(&trace.logits, &baseline.logits);
+        let top1 = same_top1(&trace.logits, &baseline.logits);
         let greedy = generate(&model, &attention, &prompt_ids, new_tokens, true)?;
         let same = greedy.iter().zip(&generated).take_while(|(a, b)| a == b).count();
         let cached = cached_against_full(&model, &attention, &tokens, &trace.logits)?;
@@ -90,13 +91,6 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
 
 fn largest_difference(a: &Array2<f32>, b: &Array2<f32>) -> f32 {
     a.iter().zip(b).fold(0.0, |m, (x, y)| m.max((x - y).abs()))
-}
-
-fn same_argmax(a: &Array2<f32>, b: &Array2<f32>) -> usize {
-    let best = |x: &Array2<f32>| {
-        x.axis_iter(Axis(0)).map(|row| lesson12::model::argmax(row)).collect::<Vec<_>>()
-    };
-    best(a).iter().zip(best(b)).filter(|(x, y)| **x == *y).count()
 }
 
 /// The logits of feeding `tokens` to a session (the first half as a prompt, then one at a

@@ -10,10 +10,9 @@
 
 use std::path::PathBuf;
 
-use lesson12::model::argmax;
+use lesson12::model::same_top1;
 use lesson12::precision::{Dtype, Monitor, Precision, logit_errors, table};
 use lesson12::{Attention, Gpt2, Tokenizer, generate, tiny_checkpoint};
-use ndarray::{Array2, Axis};
 
 /// How much the last block's MLP output is scaled in the overflow demonstrations.
 const BLOW_UPS: [f32; 2] = [1000.0, 20000.0];
@@ -55,7 +54,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         println!(
             "{:<16} {mse:>11.2e} {max:>11.2e} {relative:>11.2e} {:>7} {:>8}",
             precision.name(),
-            format!("{}/{}", same_argmax(&logits, &reference), tokens.len()),
+            format!("{}/{}", same_top1(&logits, &reference), tokens.len()),
             format!("{same}/{new_tokens}")
         );
     }
@@ -98,9 +97,4 @@ fn blown_up(model: &Gpt2, factor: f32) -> Gpt2 {
     last.mlp_out.weight *= factor;
     last.mlp_out.bias *= factor;
     large
-}
-
-fn same_argmax(a: &Array2<f32>, b: &Array2<f32>) -> usize {
-    let best = |x: &Array2<f32>| x.axis_iter(Axis(0)).map(argmax).collect::<Vec<_>>();
-    best(a).iter().zip(best(b)).filter(|(x, y)| **x == *y).count()
 }

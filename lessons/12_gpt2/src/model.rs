@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use lesson11::{KeyValues, KvCache};
-use ndarray::{Array1, Array2, Array3, Axis, s};
+use ndarray::{Array1, Array2, Array3, ArrayView3, Axis, s};
 use reference::{AttentionOptions, ForwardVersion};
 
 use crate::checkpoint::Tensors;
@@ -254,15 +254,22 @@ impl Gpt2 {
             self.finish_block(block, layer, &mut x, heads, monitor);
             hidden.push(x.clone());
         }
-        let last = self.stored(self.ln_f.forward(&x, self.precision.stream()));
+        let (last, logits) = self.head(&x);
         monitor.record("ln_f", &last);
-        let mut logits = last.dot(&self.wte.t());
-        round_all(&mut logits, self.precision.stream());
         monitor.record("logits", &logits);
         *hidden.last_mut().expect("the embeddings at least") = last;
         Ok(Trace { hidden, logits })
     }
     // ANCHOR_END: forward
+
+    /// The end of the model: the final LayerNorm of the stream `x [N, C]`, and the logits
+    /// `[N, V]`, its dot products with every token's embedding (the tied head).
+    fn head(&self, x: &Array2<f32>) -> (Array2<f32>, Array2<f32>) {
+        let last = self.stored(self.ln_f.forward(x, self.precision.stream()));
+        let mut logits = last.dot(&self.wte.t());
+        round_all(&mut logits, self.precision.stream());
+        (last, logits)
+    }
 
     // ANCHOR: embed
     /// `x [N, C]`: each token's embedding plus its position's, for tokens at positions
@@ -449,21 +456,28 @@ impl<'a> Session<'a> {
             model.finish_block(block, layer, &mut x, heads, &mut Monitor::default());
         }
         self.len += tokens.len();
-        let last = model.stored(model.ln_f.forward(&x, model.precision.stream()));
-        let mut logits = last.dot(&model.wte.t());
-        round_all(&mut logits, model.precision.stream());
-        Ok(logits)
+        Ok(model.head(&x).1)
     }
 }
 
-/// Every cached key and value of the cache's one sequence, `[H, len, D]` each.
+/// Every cached key and value of the cache's one sequence, `[H, len, D]` each: the first
+/// `len` of its `capacity` slots (a contiguous cache is one block per sequence).
 fn cached(cache: &KvCache) -> (Array3<f32>, Array3<f32>) {
-    let shape = (cache.kv_heads(), cache.len(0), cache.head_dim());
-    let keys = Array3::from_shape_fn(shape, |(head, j, i)| cache.key(0, head, j)[i]);
-    let values = Array3::from_shape_fn(shape, |(head, j, i)| cache.value(0, head, j)[i]);
-    (keys, values)
+    let blocks = cache.blocks();
+    let (h, d) = (cache.kv_heads(), cache.head_dim());
+    let filled = |pool: &[f32]| {
+        let all =
+            ArrayView3::from_shape((h, blocks.block_size, d), pool).expect("[Hkv, capacity, D]");
+        all.slice(s![.., ..cache.len(0), ..]).to_owned()
+    };
+    (filled(blocks.keys), filled(blocks.values))
 }
 // ANCHOR_END: session
+
+/// How many rows of two logit matrices `[N, V]` have the same most likely token.
+pub fn same_top1(a: &Array2<f32>, b: &Array2<f32>) -> usize {
+    a.rows().into_iter().zip(b.rows()).filter(|(x, y)| argmax(*x) == argmax(*y)).count()
+}
 
 /// The index of the largest logit of a row (the first, on a tie): greedy decoding's choice.
 pub fn argmax(logits: ndarray::ArrayView1<f32>) -> u32 {

@@ -32,6 +32,9 @@ pub struct Tokenizer {
     ranks: HashMap<(String, String), usize>,
     /// Tokens matched as whole strings before pre-tokenizing (`<|endoftext|>`).
     special: Vec<(String, u32)>,
+    /// [`byte_chars`], and its inverse.
+    byte_char: [char; 256],
+    char_byte: HashMap<char, u8>,
 }
 
 /// The tokens GPT-2 matches as whole strings in text.
@@ -175,7 +178,8 @@ impl Tokenizer {
             ids.insert(token, id.as_u64().expect("checked above") as u32);
         }
         let tokens: Vec<String> = tokens.into_iter().map(|t| t.expect("every id taken")).collect();
-        if let Some(byte) = byte_chars().iter().position(|c| !ids.contains_key(&c.to_string())) {
+        let byte_char = byte_chars();
+        if let Some(byte) = byte_char.iter().position(|c| !ids.contains_key(&c.to_string())) {
             return Err(ModelError::checkpoint(
                 "vocab.json",
                 format!("no token for byte {byte:#04x}"),
@@ -204,7 +208,8 @@ impl Tokenizer {
             .iter()
             .filter_map(|&text| Some((text.to_string(), *ids.get(text)?)))
             .collect();
-        Ok(Self { ids, tokens, ranks, special })
+        let char_byte = byte_char.iter().enumerate().map(|(byte, &c)| (c, byte as u8)).collect();
+        Ok(Self { ids, tokens, ranks, special, byte_char, char_byte })
     }
 
     /// `V`, tokens in the vocabulary.
@@ -233,9 +238,9 @@ impl Tokenizer {
                 Some((at, token, id)) => (&rest[..at], Some((token.len(), id))),
                 None => (rest, None),
             };
-            let byte_char = byte_chars();
             for piece in pre_tokenize(plain) {
-                let symbols = piece.bytes().map(|b| byte_char[b as usize].to_string()).collect();
+                let symbols =
+                    piece.bytes().map(|b| self.byte_char[b as usize].to_string()).collect();
                 ids.extend(self.bpe(symbols).iter().map(|symbol| self.ids[symbol]));
             }
             rest = &rest[plain.len()..];
@@ -279,8 +284,6 @@ impl Tokenizer {
     /// character) become U+FFFD, as transformers' `decode` does. An error for an id outside
     /// the vocabulary.
     pub fn decode(&self, ids: &[u32]) -> Result<String, ModelError> {
-        let char_byte: HashMap<char, u8> =
-            byte_chars().iter().enumerate().map(|(byte, &c)| (c, byte as u8)).collect();
         let mut bytes = Vec::new();
         for &id in ids {
             let token = self.tokens.get(id as usize).ok_or_else(|| {
@@ -291,7 +294,7 @@ impl Tokenizer {
                 bytes.extend(token.bytes());
             } else {
                 for c in token.chars() {
-                    let byte = char_byte.get(&c).ok_or_else(|| {
+                    let byte = self.char_byte.get(&c).ok_or_else(|| {
                         let found = format!("token {id}, {token:?}, holding {c:?}");
                         ModelError::checkpoint("vocab.json", found, "tokens written in byte_chars")
                     })?;

@@ -90,6 +90,13 @@ impl<'a> Tensors<'a> {
                 "F32, F16, BF16 or F64",
             )
         })?;
+        if let Some(at) = data.iter().position(|x| !x.is_finite()) {
+            return Err(ModelError::checkpoint(
+                format!("model.safetensors: {full}"),
+                format!("{} at element {at}", data[at]),
+                "finite weights",
+            ));
+        }
         self.read.insert(full);
         Ok(data)
     }

@@ -134,6 +134,15 @@ fn missing_misshapen_and_unexpected_tensors_are_named() {
     let message = refusal(&integers);
     assert!(message.contains("ln_f.bias: found dtype I32"), "{message}");
 
+    let mut not_finite = Checkpoint::tiny();
+    let data = &mut not_finite.tensors.get_mut("transformer.h.0.mlp.c_fc.weight").unwrap().2;
+    data[12..16].copy_from_slice(&f32::NAN.to_le_bytes());
+    let message = refusal(&not_finite);
+    assert!(
+        message.contains("c_fc.weight: found NaN at element 3; expected finite weights"),
+        "{message}"
+    );
+
     let mut untied = Checkpoint::tiny();
     let mut head = untied.tensors["transformer.wte.weight"].clone();
     head.2[0] ^= 1;

@@ -30,6 +30,30 @@ impl Config {
         self.n_embd / self.n_head
     }
 
+    /// Checks that `tokens` can be fed at positions `start..start + N`: at least one token,
+    /// every id below `vocab_size`, and every position below `n_positions`.
+    pub fn check_tokens(&self, tokens: &[u32], start: usize) -> Result<(), ModelError> {
+        let (v, p) = (self.vocab_size, self.n_positions);
+        if tokens.is_empty() {
+            return Err(ModelError::input("tokens", "none", "at least one token"));
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= v) {
+            return Err(ModelError::input(
+                "tokens",
+                format!("token id {bad}"),
+                format!("ids below vocab_size = {v}"),
+            ));
+        }
+        if start + tokens.len() > p {
+            return Err(ModelError::input(
+                "tokens",
+                format!("positions {start}..{}", start + tokens.len()),
+                format!("at most n_positions = {p} tokens in a sequence"),
+            ));
+        }
+        Ok(())
+    }
+
     /// Reads `config.json` as transformers writes it. Errors name the key: a size that is
     /// missing, 0 or not a whole number, heads that do not divide the channels, and the
     /// options this implementation does not have (another activation, untied embeddings,

@@ -10,6 +10,8 @@
 //! * [`tokenizer`]: GPT-2's byte-level BPE, from `vocab.json` and `merges.txt`.
 //! * [`model`]: the forward pass in ndarray, its attention through any registered version of
 //!   the course ([`Attention`]), and generation with lesson 11's cache ([`Session`]).
+//! * [`gpu`] (feature `gpu`, on by default): the same model in WGSL, every activation kept on
+//!   the device, attention through any registered GPU kernel, the cache on the device.
 //! * [`precision`]: strategies that store weights, activations and the residual stream in
 //!   f16 or bf16, and a monitor of every layer's output that finds the first NaN or infinity.
 //!
@@ -19,6 +21,8 @@
 pub mod checkpoint;
 pub mod config;
 pub mod error;
+#[cfg(feature = "gpu")]
+pub mod gpu;
 pub mod model;
 pub mod precision;
 pub mod tokenizer;

@@ -225,6 +225,31 @@ impl Gpt2 {
     }
     // ANCHOR_END: load
 
+    /// A model of `config`'s sizes with random weights, fixed by `seed`: normal, with standard
+    /// deviation 0.2 for the embeddings, `1 / sqrt(in)` for a Conv1D's weights (so that its
+    /// outputs are about as large as its inputs), 0.1 for the biases, and LayerNorm gains
+    /// about 1 (mean 1, deviation 0.1). For
+    /// what needs a model of a given shape and no checkpoint: the GPU model's tests at head
+    /// dims the tiny checkpoint lacks, and timings at GPT-2 small's sizes.
+    pub fn random(config: Config, seed: u64) -> Self {
+        let mut random = RandomWeights(reference::problem::SplitMix64::new(seed));
+        let Config { vocab_size: v, n_positions: p, n_embd: c, n_inner: inner, .. } = config;
+        let epsilon = config.layer_norm_epsilon;
+        let (wte, wpe) = (random.matrix(v, c, 0.2), random.matrix(p, c, 0.2));
+        let blocks = (0..config.n_layer)
+            .map(|_| Block {
+                ln_1: random.layer_norm(c, epsilon),
+                qkv: random.conv1d(c, 3 * c),
+                attn_out: random.conv1d(c, c),
+                ln_2: random.layer_norm(c, epsilon),
+                mlp_in: random.conv1d(c, inner),
+                mlp_out: random.conv1d(inner, c),
+            })
+            .collect();
+        let ln_f = random.layer_norm(c, epsilon);
+        Self { config, wte, wpe, blocks, ln_f, precision: Precision::F32 }
+    }
+
     /// The logits of every position of `tokens`, `[N, V]`.
     pub fn logits(&self, tokens: &[u32], attention: &Attention) -> Result<Array2<f32>, ModelError> {
         Ok(self.trace(tokens, attention)?.logits)
@@ -275,24 +300,7 @@ impl Gpt2 {
     /// `x [N, C]`: each token's embedding plus its position's, for tokens at positions
     /// `start..start + N`.
     pub fn embed(&self, tokens: &[u32], start: usize) -> Result<Array2<f32>, ModelError> {
-        let (v, p) = (self.config.vocab_size, self.config.n_positions);
-        if tokens.is_empty() {
-            return Err(ModelError::input("tokens", "none", "at least one token"));
-        }
-        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= v) {
-            return Err(ModelError::input(
-                "tokens",
-                format!("token id {bad}"),
-                format!("ids below vocab_size = {v}"),
-            ));
-        }
-        if start + tokens.len() > p {
-            return Err(ModelError::input(
-                "tokens",
-                format!("positions {start}..{}", start + tokens.len()),
-                format!("at most n_positions = {p} tokens in a sequence"),
-            ));
-        }
+        self.config.check_tokens(tokens, start)?;
         let mut x = Array2::zeros((tokens.len(), self.config.n_embd));
         for (i, (mut row, &token)) in x.rows_mut().into_iter().zip(tokens).enumerate() {
             row.assign(&self.wte.row(token as usize));
@@ -389,6 +397,30 @@ impl Gpt2 {
         round_all(x, self.precision.stream());
     }
     // ANCHOR_END: precision
+}
+
+/// The weights of [`Gpt2::random`].
+struct RandomWeights(reference::problem::SplitMix64);
+
+impl RandomWeights {
+    /// Normal, mean 0, standard deviation `std`.
+    fn matrix(&mut self, rows: usize, cols: usize, std: f32) -> Array2<f32> {
+        Array2::from_shape_simple_fn((rows, cols), || std * self.0.normal())
+    }
+
+    /// Normal, standard deviation 0.1.
+    fn vector(&mut self, len: usize, mean: f32) -> Array1<f32> {
+        Array1::from_shape_simple_fn(len, || mean + 0.1 * self.0.normal())
+    }
+
+    fn conv1d(&mut self, inputs: usize, outputs: usize) -> Conv1d {
+        let std = 1.0 / (inputs as f32).sqrt();
+        Conv1d { weight: self.matrix(inputs, outputs, std), bias: self.vector(outputs, 0.0) }
+    }
+
+    fn layer_norm(&mut self, c: usize, epsilon: f32) -> LayerNorm {
+        LayerNorm { gain: self.vector(c, 1.0), bias: self.vector(c, 0.0), epsilon }
+    }
 }
 
 /// One block's LayerNorm, `name.weight` and `name.bias` of `[C]`.
@@ -500,7 +532,27 @@ pub fn generate(
     new_tokens: usize,
     cached: bool,
 ) -> Result<Vec<u32>, ModelError> {
-    let positions = model.config.n_positions;
+    let mut session = Session::new(model, attention)?;
+    greedy(prompt, new_tokens, model.config.n_positions, |tokens, new| {
+        if cached {
+            session.feed(&tokens[tokens.len() - new..])
+        } else {
+            model.logits(tokens, attention)
+        }
+    })
+}
+
+/// Greedy generation of `new_tokens` tokens after `prompt` by any model: `logits_of(tokens,
+/// new)` gives the logits `[n, V]` of the sequence so far, of which the last `new` tokens are
+/// new since the previous call (a cached model feeds only those, and returns their rows; one
+/// that recomputes runs every token). An error, before any work, if the prompt and the new
+/// tokens would not fit in `positions`.
+pub fn greedy(
+    prompt: &[u32],
+    new_tokens: usize,
+    positions: usize,
+    mut logits_of: impl FnMut(&[u32], usize) -> Result<Array2<f32>, ModelError>,
+) -> Result<Vec<u32>, ModelError> {
     if new_tokens > positions.saturating_sub(prompt.len()) {
         return Err(ModelError::input(
             "generation",
@@ -509,15 +561,12 @@ pub fn generate(
         ));
     }
     let mut tokens = prompt.to_vec();
-    let mut session = Session::new(model, attention)?;
-    let mut logits =
-        if cached { session.feed(prompt)? } else { model.logits(prompt, attention)? };
+    let mut logits = logits_of(&tokens, prompt.len())?;
     for step in 0..new_tokens {
         let next = argmax(logits.row(logits.nrows() - 1));
         tokens.push(next);
         if step + 1 < new_tokens {
-            logits =
-                if cached { session.feed(&[next])? } else { model.logits(&tokens, attention)? };
+            logits = logits_of(&tokens, 1)?;
         }
     }
     Ok(tokens.split_off(prompt.len()))

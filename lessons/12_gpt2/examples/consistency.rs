@@ -1,6 +1,8 @@
-//! Generates text with a GPT-2 checkpoint, then compares every registered CPU attention
-//! backend with lesson 01's naive one on the same tokens: the source material's consistency
-//! check, done on a model whose numbers PyTorch agrees with (`tests/pytorch.rs`).
+//! Generates text with a GPT-2 checkpoint, then compares every registered attention backend
+//! with lesson 01's naive one on the same tokens: each CPU version inside the CPU model, and
+//! each WGSL kernel the adapter runs inside the GPU model (everything on the device). The
+//! source material's consistency check, done on a model whose numbers PyTorch agrees with
+//! (`tests/pytorch.rs`, `tests/gpu.rs`).
 //!
 //!     cargo run --release -p lesson12 --example consistency                # the tiny checkpoint
 //!     cargo run --release -p lesson12 --example consistency -- gpt2 "The" 20  # GPT-2 small
@@ -11,6 +13,7 @@
 
 use std::path::PathBuf;
 
+use lesson12::gpu::{GpuGpt2, GpuSession};
 use lesson12::model::same_top1;
 use lesson12::{Attention, Gpt2, Session, Tokenizer, generate, tiny_checkpoint};
 use ndarray::{Array2, Axis};
@@ -50,7 +53,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let tokens: Vec<u32> = prompt_ids.iter().chain(&generated).copied().collect();
     let baseline = model.trace(&tokens, &naive)?;
     println!(
-        "{:<28} {:>11} {:>11} {:>11} {:>11} {:>7} {:>8} {:>11}",
+        "{:<34} {:>11} {:>11} {:>11} {:>11} {:>7} {:>8} {:>11}",
         "backend",
         "hidden max",
         "logits max",
@@ -60,8 +63,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         "greedy",
         "cached"
     );
-    for attention in Attention::every_cpu() {
-        let trace = model.trace(&tokens, &attention)?;
+    let row = |name: &str, trace: &lesson12::Trace, greedy: &[u32], cached: f32| {
         let hidden =
             trace.hidden.iter().zip(&baseline.hidden).map(|(a, b)| largest_difference(a, b));
         let hidden = hidden.fold(0.0, f32::max);
@@ -69,15 +71,47 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         let mean = (&trace.logits - &baseline.logits).mapv(f32::abs).mean().unwrap_or(0.0);
         let relative = logits / baseline.logits.iter().fold(0.0f32, |m, x| m.max(x.abs()));
         let top1 = same_top1(&trace.logits, &baseline.logits);
-        let greedy = generate(&model, &attention, &prompt_ids, new_tokens, true)?;
         let same = greedy.iter().zip(&generated).take_while(|(a, b)| a == b).count();
-        let cached = cached_against_full(&model, &attention, &tokens, &trace.logits)?;
         println!(
-            "{:<28} {hidden:>11.2e} {logits:>11.2e} {mean:>11.2e} {relative:>11.2e} {:>7} {:>8} {cached:>11.2e}",
-            attention.name(),
+            "{name:<34} {hidden:>11.2e} {logits:>11.2e} {mean:>11.2e} {relative:>11.2e} {:>7} {:>8} {cached:>11.2e}",
             format!("{top1}/{}", tokens.len()),
             format!("{same}/{new_tokens}"),
         );
+    };
+    for attention in Attention::every_cpu() {
+        let trace = model.trace(&tokens, &attention)?;
+        let greedy = generate(&model, &attention, &prompt_ids, new_tokens, true)?;
+        let mut session = Session::new(&model, &attention)?;
+        let cached = cached_against_full(|t| session.feed(t), &tokens, &trace.logits)?;
+        row(attention.name(), &trace, &greedy, cached);
+    }
+    match gpu::Gpu::shared() {
+        Err(e) => println!("(no GPU rows: {e})"),
+        Ok(gpu) => {
+            println!("GPU model on {}:", gpu.describe());
+            let mut lacking = Vec::new();
+            for kernel in registry::gpu_kernels() {
+                if kernel.missing_on(&gpu.device).is_some() {
+                    lacking.push(kernel.about.name);
+                    continue;
+                }
+                let on_gpu = match GpuGpt2::new(&model, &kernel, gpu) {
+                    Ok(on_gpu) => on_gpu,
+                    Err(e) => {
+                        println!("{:<34} not run: {e}", kernel.about.name);
+                        continue;
+                    }
+                };
+                let trace = on_gpu.trace(&tokens)?;
+                let greedy = on_gpu.generate(&prompt_ids, new_tokens, true)?;
+                let mut session = GpuSession::new(&on_gpu)?;
+                let cached = cached_against_full(|t| session.feed(t), &tokens, &trace.logits)?;
+                row(&format!("WGSL {}", kernel.about.name), &trace, &greedy, cached);
+            }
+            if !lacking.is_empty() {
+                println!("not run, the adapter has no tensor cores: {}", lacking.join(", "));
+            }
+        }
     }
     println!(
         "\nhidden max, logits max and mean: largest and mean |difference| from naive attention;\n\
@@ -93,19 +127,17 @@ fn largest_difference(a: &Array2<f32>, b: &Array2<f32>) -> f32 {
     a.iter().zip(b).fold(0.0, |m, (x, y)| m.max((x - y).abs()))
 }
 
-/// The logits of feeding `tokens` to a session (the first half as a prompt, then one at a
-/// time) against `full`, those of one pass: the largest difference.
+/// The logits of feeding `tokens` to a session (`feed`; the first half as a prompt, then
+/// one at a time) against `full`, those of one pass: the largest difference.
 fn cached_against_full(
-    model: &Gpt2,
-    attention: &Attention,
+    mut feed: impl FnMut(&[u32]) -> Result<Array2<f32>, lesson12::ModelError>,
     tokens: &[u32],
     full: &Array2<f32>,
 ) -> Result<f32, lesson12::ModelError> {
-    let mut session = Session::new(model, attention)?;
     let prompt = tokens.len().div_ceil(2);
-    let mut rows = vec![session.feed(&tokens[..prompt])?];
+    let mut rows = vec![feed(&tokens[..prompt])?];
     for &token in &tokens[prompt..] {
-        rows.push(session.feed(&[token])?);
+        rows.push(feed(&[token])?);
     }
     let views: Vec<_> = rows.iter().map(|r| r.view()).collect();
     let cached = ndarray::concatenate(Axis(0), &views).expect("rows of V logits");

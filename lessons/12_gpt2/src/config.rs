@@ -25,6 +25,20 @@ pub struct Config {
 }
 
 impl Config {
+    /// GPT-2 small's sizes (`openai-community/gpt2`, 124M parameters): 50257 tokens, 1024
+    /// positions, 768 channels, 12 layers of 12 heads of 64.
+    pub fn gpt2_small() -> Self {
+        Self {
+            vocab_size: 50257,
+            n_positions: 1024,
+            n_embd: 768,
+            n_layer: 12,
+            n_head: 12,
+            n_inner: 3072,
+            layer_norm_epsilon: 1e-5,
+        }
+    }
+
     /// `D = C / H`.
     pub fn head_dim(&self) -> usize {
         self.n_embd / self.n_head
@@ -148,6 +162,15 @@ mod tests {
         assert_eq!((config.vocab_size, config.n_positions, config.n_embd), (502, 64, 64));
         assert_eq!((config.n_layer, config.n_head, config.head_dim()), (2, 4, 16));
         assert_eq!((config.n_inner, config.layer_norm_epsilon), (256, 1e-5));
+    }
+
+    #[test]
+    fn gpt2_small_is_what_its_config_json_says() {
+        // openai-community/gpt2's config.json, the keys this reader looks at.
+        let hub = r#"{"model_type": "gpt2", "vocab_size": 50257, "n_positions": 1024,
+            "n_ctx": 1024, "n_embd": 768, "n_layer": 12, "n_head": 12,
+            "layer_norm_epsilon": 1e-05, "activation_function": "gelu_new"}"#;
+        assert_eq!(Config::from_json(hub).unwrap(), Config::gpt2_small());
     }
 
     fn refusal(edit: (&str, &str)) -> String {

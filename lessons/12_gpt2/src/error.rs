@@ -34,6 +34,8 @@ pub enum ModelError {
     },
     /// The attention backend refused its inputs.
     Attention(AttentionError),
+    /// The GPU model's device failed or refused (a limit, a shader, a lost device).
+    Gpu(AttentionError),
 }
 
 impl ModelError {
@@ -72,6 +74,7 @@ impl fmt::Display for ModelError {
                 write!(f, "{what}: found {found}; expected {expected}")
             }
             Self::Attention(error) => write!(f, "attention: {error}"),
+            Self::Gpu(error) => write!(f, "on the GPU: {error}"),
         }
     }
 }

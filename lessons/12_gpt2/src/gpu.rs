@@ -122,8 +122,25 @@ impl GpuGpt2 {
         kernel: &KernelVersion,
         gpu: &'static Gpu,
     ) -> Result<Self, ModelError> {
+        on_gpu(Self::upload(model, kernel, gpu))
+    }
+
+    fn upload(model: &Gpt2, kernel: &KernelVersion, gpu: &'static Gpu) -> Result<Self, ModelError> {
         if let Some(missing) = kernel.missing_on(&gpu.device) {
             return Err(reference::AttentionError::from(missing).into());
+        }
+        let (limit, limit_name) = buffers::largest_binding(&gpu.device);
+        let wte_bytes = (model.wte.len() * 4) as u64;
+        if wte_bytes > limit {
+            return Err(ModelError::input(
+                "the GPU model",
+                format!("token embeddings wte [V, C] of {wte_bytes} bytes"),
+                format!(
+                    "at most {limit} bytes in one buffer ({limit_name} of {}); lavapipe allows \
+                     128 MiB, GPT-2 small's wte is 147 MiB: run it on a GPU, or on the CPU model",
+                    gpu.info.name
+                ),
+            ));
         }
         let config = model.config.clone();
         let attention = (kernel.build)(&gpu.device, config.head_dim())?;
@@ -206,8 +223,14 @@ impl GpuGpt2 {
     /// One forward pass keeping every layer's output, as [`Gpt2::trace`] does (the residual
     /// streams are copied out on the device and downloaded at the end).
     pub fn trace(&self, tokens: &[u32]) -> Result<Trace, ModelError> {
-        let (logits, hidden) = GpuSession::new(self)?.run(tokens, true)?;
+        let (logits, hidden) = on_gpu(GpuSession::new(self)?.run(tokens, true))?;
         Ok(Trace { hidden, logits })
+    }
+
+    /// One forward pass over `tokens` on the device, waiting for the GPU to finish and
+    /// downloading nothing (the logits stay on the device): what the benchmark times.
+    pub fn forward_on_device(&self, tokens: &[u32]) -> Result<(), ModelError> {
+        on_gpu(GpuSession::new(self)?.run_on_device(tokens, false).map(drop))
     }
 
     /// Greedy generation of `new_tokens` tokens after `prompt`, with the device's cache
@@ -337,6 +360,10 @@ struct Activations {
 impl<'a> GpuSession<'a> {
     /// An empty sequence: two caches per layer with room for `n_positions` tokens.
     pub fn new(model: &'a GpuGpt2) -> Result<Self, ModelError> {
+        on_gpu(Self::allocate(model))
+    }
+
+    fn allocate(model: &'a GpuGpt2) -> Result<Self, ModelError> {
         let c = &model.config;
         let elements = c.n_head * c.n_positions * model.row_stride();
         let cache = |what: &str| -> Result<wgpu::Buffer, ModelError> {
@@ -367,7 +394,7 @@ impl<'a> GpuSession<'a> {
     /// Appends `tokens` and returns their logits `[n, V]`. Errors as [`Gpt2::trace`]; after
     /// a failure on the device the session refuses every later call.
     pub fn feed(&mut self, tokens: &[u32]) -> Result<Array2<f32>, ModelError> {
-        Ok(self.run(tokens, false)?.0)
+        Ok(on_gpu(self.run(tokens, false))?.0)
     }
 
     /// [`GpuSession::feed`], also returning the residual streams when `keep_hidden` (as
@@ -377,6 +404,32 @@ impl<'a> GpuSession<'a> {
         tokens: &[u32],
         keep_hidden: bool,
     ) -> Result<(Array2<f32>, Vec<Array2<f32>>), ModelError> {
+        let (buffers, hidden) = self.run_on_device(tokens, keep_hidden)?;
+        let (n, c) = (tokens.len(), self.model.config.n_embd);
+        let logits = download_matrix(self.model, &buffers.logits, n)?;
+        let hidden = match hidden {
+            Some(hidden) => {
+                let all =
+                    buffers::download::<f32>(self.model.device(), &self.model.gpu.queue, &hidden)?;
+                let layer = |h: &[f32]| Array2::from_shape_vec((n, c), h.to_vec()).expect("[n, C]");
+                all.chunks(n * c).map(layer).collect()
+            }
+            None => Vec::new(),
+        };
+        self.failed = false;
+        self.len += n;
+        Ok((logits, hidden))
+    }
+
+    /// Runs a call of `tokens` on the device and waits for the GPU to finish. Returns the
+    /// call's buffers, the logits still on the device, and with `keep_hidden` the residual
+    /// streams `[L + 1, n, C]`. Leaves the session refusing later calls (`failed`) until the
+    /// caller has what it needs.
+    fn run_on_device(
+        &mut self,
+        tokens: &[u32],
+        keep_hidden: bool,
+    ) -> Result<(Activations, Option<wgpu::Buffer>), ModelError> {
         if self.failed {
             return Err(ModelError::input(
                 "feeding a GPU session",
@@ -384,32 +437,18 @@ impl<'a> GpuSession<'a> {
                 "a new GpuSession",
             ));
         }
-        self.model.config.check_tokens(tokens, self.len)?;
-        let (n, len) = (tokens.len(), self.len + tokens.len());
+        let config = &self.model.config;
+        config.check_tokens(tokens, self.len)?;
         let buffers = self.activations(tokens)?;
-        let (layers, c) = (self.model.config.n_layer, self.model.config.n_embd);
-        let hidden = buffers::storage::<f32>(
-            self.model.device(),
-            "hidden states",
-            if keep_hidden { (layers + 1) * n * c } else { 1 },
-        )?;
-        let ran = self.model.submit(&self.commands(&buffers, keep_hidden.then_some(&hidden))?);
+        let hidden_len = (config.n_layer + 1) * tokens.len() * config.n_embd;
+        let hidden = keep_hidden
+            .then(|| buffers::storage::<f32>(self.model.device(), "hidden states", hidden_len))
+            .transpose()?;
+        let ran = self.model.submit(&self.commands(&buffers, hidden.as_ref())?);
         // The commands may have written the caches: refuse later calls until all is back.
         self.failed = true;
         ran?;
-        let logits = download_matrix(self.model, &buffers.logits, n)?;
-        let hidden = if keep_hidden {
-            let all =
-                buffers::download::<f32>(self.model.device(), &self.model.gpu.queue, &hidden)?;
-            all.chunks(n * c)
-                .map(|h| Array2::from_shape_vec((n, c), h.to_vec()).expect("[n, C]"))
-                .collect()
-        } else {
-            Vec::new()
-        };
-        self.failed = false;
-        self.len = len;
-        Ok((logits, hidden))
+        Ok((buffers, hidden))
     }
 
     /// The buffers of a call feeding `tokens`.
@@ -700,6 +739,14 @@ fn download_matrix(
 /// The elements of `x` in row-major order.
 fn standard(x: &Array2<f32>) -> Vec<f32> {
     x.as_standard_layout().iter().copied().collect()
+}
+
+/// The device's errors (compiling, buffers, limits, running) as [`ModelError::Gpu`].
+fn on_gpu<T>(result: Result<T, ModelError>) -> Result<T, ModelError> {
+    result.map_err(|error| match error {
+        ModelError::Attention(error) => ModelError::Gpu(error),
+        other => other,
+    })
 }
 
 /// A [`GpuError::KernelMisuse`] as a model error.

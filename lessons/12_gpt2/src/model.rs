@@ -7,7 +7,8 @@
 use std::path::Path;
 
 use lesson11::{KeyValues, KvCache};
-use ndarray::{Array1, Array2, Array3, ArrayView3, Axis, s};
+use ndarray::{Array1, Array2, Array3, ArrayView2, ArrayView3, Axis, s};
+use rayon::prelude::*;
 use reference::{AttentionOptions, ForwardVersion};
 
 use crate::checkpoint::Tensors;
@@ -26,8 +27,24 @@ pub struct Conv1d {
 impl Conv1d {
     /// `x [N, in]` to `[N, out]`.
     pub fn forward(&self, x: &Array2<f32>) -> Array2<f32> {
-        x.dot(&self.weight) + &self.bias
+        product(x, self.weight.view()) + &self.bias
     }
+}
+
+/// `x [N, in]` times `w [in, out]`, the columns of `w` shared among rayon's threads:
+/// ndarray's own product runs on one core, and the model's time would be its matrix
+/// products'. (Columns, not rows: each thread then reads only its part of the weights, which
+/// is what a short sequence's time is made of.) Each element's sum is the one `x.dot(w)`
+/// makes.
+pub fn product(x: &Array2<f32>, w: ArrayView2<f32>) -> Array2<f32> {
+    let cols = w.ncols().div_ceil(rayon::current_num_threads()).max(1);
+    let blocks: Vec<_> = w.axis_chunks_iter(Axis(1), cols).collect();
+    let products: Vec<Array2<f32>> = blocks.into_par_iter().map(|block| x.dot(&block)).collect();
+    let mut out = Array2::zeros((x.nrows(), w.ncols()));
+    for (mut block, part) in out.axis_chunks_iter_mut(Axis(1), cols).zip(&products) {
+        block.assign(part);
+    }
+    out
 }
 
 /// LayerNorm over the channels, statistics in f32.
@@ -291,7 +308,7 @@ impl Gpt2 {
     /// `[N, V]`, its dot products with every token's embedding (the tied head).
     fn head(&self, x: &Array2<f32>) -> (Array2<f32>, Array2<f32>) {
         let last = self.stored(self.ln_f.forward(x, self.precision.stream()));
-        let mut logits = last.dot(&self.wte.t());
+        let mut logits = product(&last, self.wte.t());
         round_all(&mut logits, self.precision.stream());
         (last, logits)
     }

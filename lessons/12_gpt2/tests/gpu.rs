@@ -201,3 +201,20 @@ fn a_kernel_the_adapter_cannot_run_is_refused_with_the_reason() {
         }
     }
 }
+
+#[test]
+fn token_embeddings_larger_than_a_buffer_binding_are_refused_with_the_limit() {
+    let Some((gpu, kernels)) = runnable() else { return };
+    let (limit, _) = gpu::buffers::largest_binding(&gpu.device);
+    if limit > 256 << 20 {
+        return; // a large GPU: too much memory to fill for this check (lavapipe: 128 MiB)
+    }
+    let mut config = random_model(1, 64).config;
+    config.vocab_size = (limit / (4 * 64)) as usize + 1;
+    let model = Gpt2::random(config, 1);
+    let message = GpuGpt2::new(&model, &kernels[0], gpu).err().expect("refused").to_string();
+    assert!(
+        message.contains("token embeddings") && message.contains(&limit.to_string()),
+        "{message}"
+    );
+}

@@ -1,0 +1,198 @@
+//! Forward time against sequence length of a model of GPT-2 small's sizes (random weights:
+//! time does not depend on them), one batch of one sequence, with each attention backend:
+//! lessons 01, 03 and 07 inside the CPU model, every WGSL kernel the adapter runs inside the
+//! GPU model, and PyTorch's own GPT-2 forward on the same machine in the same run when torch
+//! is importable (`peer/gpt2_forward.py`: on the CPU, and on CUDA with standard attention,
+//! the memory-efficient kernel, and FlashAttention-2 in fp16). Prints a table, writes CSV and
+//! SVG to book/src/figures/ (or `--out DIR`).
+//!
+//! ```text
+//! cargo run --release -p lesson12 --example forward_time
+//! cargo run --release -p lesson12 --example forward_time -- --lengths 64,256 --budget 5
+//! ```
+//!
+//! Time is wall-clock from the call until the device has finished, the logits left where
+//! they were computed (for the GPU model: recording the commands, running them, waiting; no
+//! download), the median of 5 calls after a warm-up (3 calls, or 1, for a backend whose
+//! warm-up took over 0.5 s or 2 s). A backend whose forward passes
+//! `--budget` seconds (default 20) is not timed at longer sequences.
+
+use bench::plot::Scale::{Log2, Log10};
+use bench::report::{in_workspace, list_arg};
+use bench::{Figures, Machine, Measurements, Peer, PeerProblem, Plot, Repeats};
+use lesson12::gpu::GpuGpt2;
+use lesson12::{Attention, Config, Gpt2};
+
+type Res = Result<(), Box<dyn std::error::Error>>;
+
+/// One forward pass over the tokens it is given.
+type Forward<'a> = Box<dyn Fn(&[u32]) -> Result<(), lesson12::ModelError> + 'a>;
+
+/// A backend: its column name, its legend, and its forward pass.
+struct Backend<'a> {
+    column: String,
+    legend: String,
+    forward: Forward<'a>,
+}
+
+fn main() -> Res {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let figures = Figures::from_args(&args)?;
+    let lengths: Vec<usize> = list_arg(&args, "--lengths", vec![64, 128, 256, 512, 1024])?;
+    let budget: f64 = list_arg(&args, "--budget", vec![20.0])?[0];
+    let config = Config::gpt2_small();
+    if let Some(&n) = lengths.iter().find(|&&n| n == 0 || n > config.n_positions) {
+        return Err(format!("--lengths: {n} is not in 1..={}", config.n_positions).into());
+    }
+    println!("{}", Machine::this().describe());
+    let c = &config;
+    println!(
+        "GPT-2 small's sizes, random weights: {} layers, {} heads of {}, {} tokens; one sequence",
+        c.n_layer,
+        c.n_head,
+        c.head_dim(),
+        c.vocab_size
+    );
+    let model = Gpt2::random(config.clone(), 1);
+    let cpu = ["lesson01", "lesson03", "lesson07"].map(registry::first_cpu_forward);
+    let cpu: Vec<Attention> =
+        cpu.into_iter().map(|v| v.map(Attention::new)).collect::<Result<_, _>>()?;
+    let on_gpu = gpu_models(&model);
+    let mut backends: Vec<Backend> = Vec::new();
+    for (attention, lesson) in cpu.iter().zip(["lesson01", "lesson03", "lesson07"]) {
+        backends.push(Backend {
+            column: format!("cpu_{lesson}_ms"),
+            legend: format!("CPU model, {}", attention.name()),
+            forward: Box::new(|tokens| model.logits(tokens, attention).map(drop)),
+        });
+    }
+    for gpu_model in &on_gpu {
+        backends.push(Backend {
+            column: format!("gpu_{}_ms", gpu_model.name().replace(' ', "_")),
+            legend: format!("GPU model, {}", gpu_model.name()),
+            forward: Box::new(|tokens| gpu_model.forward_on_device(tokens)),
+        });
+    }
+    let peers = torch_peers(&config);
+
+    let mut columns: Vec<String> = backends.iter().map(|b| b.column.clone()).collect();
+    let mut legends: Vec<String> = backends.iter().map(|b| b.legend.clone()).collect();
+    for (peer, backend_names) in &peers {
+        for name in backend_names {
+            columns.push(format!("torch_{name}_ms"));
+            legends.push(format!("PyTorch GPT-2, {name} ({})", peer.1));
+        }
+    }
+    let column_specs: Vec<(&str, usize)> = columns.iter().map(|c| (c.as_str(), 2)).collect();
+    let mut times = Measurements::new("n", &column_specs);
+    let mut over_budget = vec![false; backends.len()];
+    for &n in &lengths {
+        let tokens: Vec<u32> = (0..n).map(|i| ((i * 7919) % config.vocab_size) as u32).collect();
+        let mut row = Vec::new();
+        for (backend, over) in backends.iter().zip(&mut over_budget) {
+            if *over {
+                row.push(f64::NAN);
+                continue;
+            }
+            // The first call: errors before timing, and a warm-up that says how many
+            // timed calls fit in a few seconds.
+            let started = std::time::Instant::now();
+            if let Err(e) = (backend.forward)(&tokens) {
+                println!("not timed from N = {n}: {}: {e}", backend.legend);
+                (*over, row) = (true, [row, vec![f64::NAN]].concat());
+                continue;
+            }
+            let first = started.elapsed().as_secs_f64();
+            let timed = if first > 2.0 {
+                1
+            } else if first > 0.5 {
+                3
+            } else {
+                5
+            };
+            let timings =
+                bench::time_cpu(&[&tokens], Repeats::new(0, timed), |t| (backend.forward)(t));
+            *over = timings.median() > budget;
+            row.push(timings.median() * 1e3);
+        }
+        for (peer, backend_names) in &peers {
+            let problem = PeerProblem {
+                batch: 1,
+                heads: c.n_head,
+                seq: n,
+                head_dim: c.head_dim(),
+                causal: true,
+            };
+            let report = peer.0.run(&[problem]).ok();
+            for name in backend_names {
+                let seconds = report.as_ref().and_then(|r| r.seconds(&problem, name));
+                row.push(seconds.map_or(f64::NAN, |s| s * 1e3));
+            }
+        }
+        times.push(n, &row);
+    }
+    println!(
+        "\nforward milliseconds against sequence length N (median; blank: over budget or not run)"
+    );
+    println!("{}", times.table().to_text());
+    for (column, legend) in columns.iter().zip(&legends) {
+        println!("{column}: {legend}");
+    }
+    let legends: Vec<&str> = legends.iter().map(String::as_str).collect();
+    let names: Vec<&str> = columns.iter().map(String::as_str).collect();
+    let plot = Plot::new(
+        "GPT-2 small forward time (one sequence)",
+        "sequence length N",
+        "milliseconds",
+        Log2,
+        Log10,
+    );
+    figures.write_svg("12_forward_time", &times.plot(plot, &legends, &names))?;
+    figures.write_csv("12_forward_time", &times.table())?;
+    println!("wrote 12_forward_time.csv and .svg to {}", figures.display());
+    Ok(())
+}
+
+/// The GPU model with every kernel the adapter runs at GPT-2's head dim; none without an
+/// adapter (after saying why).
+fn gpu_models(model: &Gpt2) -> Vec<GpuGpt2> {
+    let gpu = match gpu::Gpu::shared() {
+        Ok(gpu) => gpu,
+        Err(e) => {
+            println!("no GPU model: {e}");
+            return Vec::new();
+        }
+    };
+    println!("GPU: {}", gpu.describe());
+    let mut models = Vec::new();
+    for kernel in registry::gpu_kernels() {
+        match GpuGpt2::new(model, &kernel, gpu) {
+            Ok(on_gpu) => models.push(on_gpu),
+            Err(e) => println!("not timed: {}: {e}", kernel.about.name),
+        }
+    }
+    models
+}
+
+/// PyTorch's GPT-2 forward on the CPU and, where CUDA is there, on the GPU: each peer with a
+/// note for the legend and the backends it reports.
+fn torch_peers(config: &Config) -> Vec<((Peer, &'static str), Vec<&'static str>)> {
+    let Ok(script) = in_workspace("lessons/12_gpt2/peer/gpt2_forward.py") else {
+        return Vec::new();
+    };
+    let peer = |device: &str| {
+        Peer::new(&script)
+            .option("device", device)
+            .option("layers", config.n_layer)
+            .option("vocab", config.vocab_size)
+            .option("positions", config.n_positions)
+    };
+    let mut peers = Vec::new();
+    if let Some(cpu) = peer("cpu").if_it_runs(" (CPU)") {
+        peers.push(((cpu, "CPU"), vec!["cpu_fp32"]));
+    }
+    if let Some(cuda) = peer("cuda").if_it_runs(" (CUDA)") {
+        peers.push(((cuda, "CUDA"), vec!["math_fp32", "efficient_fp32", "flash_fp16"]));
+    }
+    peers
+}

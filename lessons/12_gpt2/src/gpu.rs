@@ -270,7 +270,7 @@ impl GpuGpt2 {
             inner: linear.inputs as u32,
             ..Sizes::default()
         };
-        let workgroups = [linear.outputs.div_ceil(16), rows.div_ceil(16), 1];
+        let workgroups = [linear.outputs.div_ceil(64), rows.div_ceil(64), 1];
         self.dispatch("linear", pipeline, sizes, &[x, &linear.weight, &linear.bias, y], workgroups)
     }
 

@@ -16,7 +16,8 @@
 //!   f16 or bf16, and a monitor of every layer's output that finds the first NaN or infinity.
 //!
 //! `checkpoint/make_tiny.py` made the tiny checkpoint in `checkpoint/tiny` (random weights,
-//! GPT-2's format) and the logits PyTorch computes for it; the tests compare ours with them.
+//! GPT-2's format) and what PyTorch computes for it ([`pytorch`]); the tests compare ours
+//! with that.
 
 pub mod checkpoint;
 pub mod config;
@@ -25,6 +26,7 @@ pub mod error;
 pub mod gpu;
 pub mod model;
 pub mod precision;
+pub mod pytorch;
 pub mod tokenizer;
 
 pub use config::Config;

@@ -2,23 +2,21 @@
 //! (`checkpoint/make_tiny.py`; its output is `checkpoint/tiny/reference.safetensors` and
 //! `tokenizer_cases.json`).
 
-mod common;
-
-use common::{Reference, relative_error, tolerance};
+use lesson12::pytorch::{Answers, relative_error, tolerance};
 use lesson12::{Attention, Gpt2, Session, Tokenizer, generate, tiny_checkpoint};
 use reference::Storage;
 
 #[test]
 fn every_layer_and_the_logits_match_pytorch_with_every_cpu_backend() {
     let model = Gpt2::from_folder(&tiny_checkpoint()).unwrap();
-    let reference = Reference::load();
-    let tokens = reference.ids("input_ids");
+    let reference = Answers::load().unwrap();
+    let tokens = reference.ids("input_ids").unwrap();
     for attention in Attention::every_cpu() {
         let allowed = tolerance(attention.storage());
         let trace = model.trace(&tokens, &attention).unwrap();
         let named = trace.hidden.iter().enumerate().map(|(i, h)| (format!("hidden_states.{i}"), h));
         for (name, ours) in named.chain([("logits".to_string(), &trace.logits)]) {
-            let error = relative_error(ours.view(), reference.matrix(&name).view());
+            let error = relative_error(ours.view(), reference.matrix(&name).unwrap().view());
             assert!(
                 error <= allowed,
                 "{}: {name} is {error:.2e} from PyTorch's (relative to its largest value); \
@@ -41,16 +39,23 @@ fn tokenizer_gives_transformers_ids() {
         assert_eq!(tokenizer.encode(text), ids, "{text:?}");
         assert_eq!(tokenizer.decode(&ids).unwrap(), text);
     }
-    let reference = Reference::load();
-    assert_eq!(tokenizer.encode(&reference.text("text")), reference.ids("input_ids"));
-    assert_eq!(tokenizer.encode(&reference.text("prompt")), reference.ids("prompt_ids"));
+    let reference = Answers::load().unwrap();
+    assert_eq!(
+        tokenizer.encode(&reference.text("text").unwrap()),
+        reference.ids("input_ids").unwrap()
+    );
+    assert_eq!(
+        tokenizer.encode(&reference.text("prompt").unwrap()),
+        reference.ids("prompt_ids").unwrap()
+    );
 }
 
 #[test]
 fn greedy_generation_gives_pytorchs_tokens_with_and_without_the_cache() {
     let model = Gpt2::from_folder(&tiny_checkpoint()).unwrap();
-    let reference = Reference::load();
-    let (prompt, expected) = (reference.ids("prompt_ids"), reference.ids("generated"));
+    let reference = Answers::load().unwrap();
+    let (prompt, expected) =
+        (reference.ids("prompt_ids").unwrap(), reference.ids("generated").unwrap());
     // f32 storage only: PyTorch's greedy choices win by 0.037 or more, beyond f32's error
     // but not beyond f16 or bf16 rounding of the attention inputs.
     for attention in Attention::every_cpu().iter().filter(|a| a.storage() == Storage::F32) {
@@ -64,7 +69,7 @@ fn greedy_generation_gives_pytorchs_tokens_with_and_without_the_cache() {
 #[test]
 fn cached_decoding_equals_recomputing_the_whole_sequence() {
     let model = Gpt2::from_folder(&tiny_checkpoint()).unwrap();
-    let tokens = Reference::load().ids("input_ids");
+    let tokens = Answers::load().unwrap().ids("input_ids").unwrap();
     for attention in Attention::every_cpu() {
         let full = model.logits(&tokens, &attention).unwrap();
         let largest = full.iter().fold(0.0f32, |m, x| m.max(x.abs()));

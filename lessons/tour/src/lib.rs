@@ -278,6 +278,113 @@ pub fn decode_measurements(
     Ok(out)
 }
 
+// ANCHOR: model
+/// One row of the tour's model table: GPT-2 read from the tiny checkpoint's files, its
+/// attention through one backend, against what PyTorch computed for the same weights.
+pub struct ModelRow {
+    /// `CPU model, <version>` or `GPU model, <kernel>`.
+    pub name: String,
+    /// The logits' largest difference from PyTorch's float64 ones, relative to the largest
+    /// logit.
+    pub error: f64,
+    /// What the error model allows ([`lesson12::pytorch::tolerance`]).
+    pub allowed: f64,
+    /// Greedy tokens after the prompt equal to PyTorch's, before the first difference, of
+    /// how many.
+    pub greedy: (usize, usize),
+    /// Whether the greedy tokens must all agree: with f32 attention inputs (PyTorch's choices
+    /// win by 0.037 or more, beyond f32's error but not 16-bit rounding's).
+    pub greedy_checked: bool,
+    /// One forward pass over the 37 tokens.
+    pub time: Duration,
+}
+
+impl ModelRow {
+    /// Within the error model, and the checked greedy tokens all PyTorch's.
+    pub fn passed(&self) -> bool {
+        self.error <= self.allowed && (!self.greedy_checked || self.greedy.0 == self.greedy.1)
+    }
+}
+
+/// The model with lesson 01's naive attention and lesson 07's parallel one, and on `gpu` the
+/// course's last kernel that runs there (its best version the adapter has).
+pub fn model_rows(gpu: Option<&'static gpu::Gpu>) -> Result<Vec<ModelRow>, String> {
+    use lesson12::gpu::GpuGpt2;
+    use lesson12::pytorch::{Answers, relative_error, tolerance};
+    use lesson12::{Attention, Gpt2, ModelError};
+    let text = |e: ModelError| e.to_string();
+    let model = Gpt2::from_folder(&lesson12::tiny_checkpoint()).map_err(text)?;
+    let answers = Answers::load().map_err(text)?;
+    let (tokens, logits) =
+        (answers.ids("input_ids").map_err(text)?, answers.matrix("logits").map_err(text)?);
+    let (prompt, generated) =
+        (answers.ids("prompt_ids").map_err(text)?, answers.ids("generated").map_err(text)?);
+    let row = |name: String,
+               storage,
+               forward: &dyn Fn() -> Result<ndarray::Array2<f32>, ModelError>,
+               greedy: &dyn Fn() -> Result<Vec<u32>, ModelError>| {
+        let start = Instant::now();
+        let ours = forward().map_err(text)?;
+        let time = start.elapsed();
+        let tokens = greedy().map_err(text)?;
+        let same = tokens.iter().zip(&generated).take_while(|(a, b)| a == b).count();
+        Ok::<_, String>(ModelRow {
+            name,
+            error: relative_error(ours.view(), logits.view()),
+            allowed: tolerance(storage),
+            greedy: (same, generated.len()),
+            greedy_checked: storage == reference::Storage::F32,
+            time,
+        })
+    };
+    let mut rows = Vec::new();
+    for lesson in ["lesson01", "lesson07"] {
+        let attention = Attention::new(registry::first_cpu_forward(lesson)?);
+        rows.push(row(
+            format!("CPU model, {}", attention.name()),
+            attention.storage(),
+            &|| model.logits(&tokens, &attention),
+            &|| lesson12::generate(&model, &attention, &prompt, generated.len(), true),
+        )?);
+    }
+    if let Some(gpu) = gpu {
+        let kernels = registry::gpu_kernels();
+        let best = kernels.iter().rev().find_map(|k| GpuGpt2::new(&model, k, gpu).ok());
+        if let Some(on_gpu) = best {
+            rows.push(row(
+                format!("GPU model, {}", on_gpu.name()),
+                on_gpu.storage(),
+                &|| on_gpu.logits(&tokens),
+                &|| on_gpu.generate(&prompt, generated.len(), true),
+            )?);
+        }
+    }
+    Ok(rows)
+}
+
+/// The model rows as a table.
+pub fn model_table(rows: &[ModelRow]) -> String {
+    let mut out = format!(
+        "{:<40} {:>12} {:>9} {:>14} {:>10}  {}\n",
+        "backend", "logits error", "of bound", "greedy tokens", "time", "check"
+    );
+    for r in rows {
+        let verdict = if r.passed() { "ok" } else { "FAILED" };
+        let greedy =
+            format!("{}/{}{}", r.greedy.0, r.greedy.1, if r.greedy_checked { "" } else { "*" });
+        out += &format!(
+            "{:<40} {:>12.2e} {:>9.3} {:>14} {:>10}  {verdict}\n",
+            r.name,
+            r.error,
+            r.error / r.allowed,
+            greedy,
+            format_duration(r.time)
+        );
+    }
+    out
+}
+// ANCHOR_END: model
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,7 @@ use reference::memory::CountingAllocator;
 use reference::{AttentionOutput, Problem, ProblemSpec, oracle};
 use tour::{
     backward_table, decode_measurements, format_bytes, format_duration, gpu_stages, measure,
-    measure_backward, stages, table,
+    measure_backward, model_rows, model_table, stages, table,
 };
 
 #[global_allocator]
@@ -94,6 +94,19 @@ fn main() -> ExitCode {
         spec.kv_len
     );
     print!("{}", table(&decoding));
+    // Lesson 12: the attention inside GPT-2, against PyTorch's answers for the same weights.
+    let model = match model_rows(gpu::Gpu::shared().ok()) {
+        Ok(rows) => rows,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!(
+        "\nmodel: GPT-2 from the tiny checkpoint's files (2 layers, 4 heads of 16; random weights),\n\
+         37 tokens, against PyTorch's float64 logits and its 12 greedy tokens"
+    );
+    print!("{}", model_table(&model));
     let d_o = Problem::random(
         &ProblemSpec::new(spec.batch, spec.heads, spec.q_len, spec.q_len, spec.head_dim),
         seed + 1,
@@ -137,11 +150,15 @@ fn main() -> ExitCode {
          of Q, K and V and their f32 widening ({}), where a GPU kernel widens a tile at a time.\n\
          GPU stages: time includes compiling the shader (once per process), uploading Q, K, V\n\
          and downloading O, L; their working memory is on the host (padded copies, staging),\n\
-         while S and the tiles live in GPU memory (chapters 8 and 9).",
+         while S and the tiles live in GPU memory (chapters 8 and 9). Model: logits error is\n\
+         relative to the largest logit; greedy tokens agree with PyTorch's before the first\n\
+         difference (* not checked: 16-bit attention inputs); time is one forward pass, the GPU's\n\
+         including the compiling of its shaders.",
         format_bytes(output),
         format_bytes(6 * problem.q.len() + 12 * problem.k.len()),
     );
-    if measurements.iter().chain(&decoding).all(|m| m.passed()) && backward_ok {
+    let model_ok = model.iter().all(|row| row.passed());
+    if measurements.iter().chain(&decoding).all(|m| m.passed()) && backward_ok && model_ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

@@ -3,7 +3,7 @@
 //! The hidden checks of the exercises, the planted-bug mutants they must catch, and the
 //! `cargo grade` command (`src/bin/grade.rs`; the self-check runs in `src/bin/self_check.rs`).
 //!
-//! * [`ex01`] to [`ex11`]: one folder per exercise: its adapter trait, its checks and the
+//! * [`ex01`] to [`ex12`]: one folder per exercise: its adapter trait, its checks and the
 //!   lesson's implementation of the trait (the reference solution) in `mod.rs`, its planted
 //!   bugs in `mutants.rs`, and `hidden.rs`, the `main` of its hidden test binary, attached to
 //!   the exercise crate as its `hidden` test.
@@ -39,6 +39,7 @@ pub mod ex09;
 #[cfg(feature = "gpu")]
 pub mod ex10;
 pub mod ex11;
+pub mod ex12;
 pub mod features;
 pub mod forward;
 pub mod hidden;

@@ -14,8 +14,9 @@ use crate::ex05::mutants::BackwardBug;
 use crate::ex06::mutants::PrecisionBug;
 use crate::ex07::mutants::ParallelBug;
 use crate::ex11::mutants::DecodingBug;
+use crate::ex12::mutants::ModelBug;
 use crate::mutants::Planted;
-use crate::{ex01, ex02, ex03, ex04, ex05, ex06, ex07, ex11};
+use crate::{ex01, ex02, ex03, ex04, ex05, ex06, ex07, ex11, ex12};
 
 /// What the self-check found for one planted bug.
 pub struct MutantReport {
@@ -133,6 +134,15 @@ pub fn run() -> Vec<Report> {
         DecodingBug::ALL
             .iter()
             .map(|&b| rust(format!("{b:?}"), b.caught_by(), ex11::checks(Planted::with(b))))
+            .collect(),
+    ));
+    reports.push(report(
+        "ex12",
+        ex12::checks(ex12::lesson()),
+        Some(ex12::checks(Planted::<ModelBug>::control())),
+        ModelBug::ALL
+            .iter()
+            .map(|&b| rust(format!("{b:?}"), b.caught_by(), ex12::checks(Planted::with(b))))
             .collect(),
     ));
     reports

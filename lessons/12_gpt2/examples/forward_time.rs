@@ -9,6 +9,7 @@
 //! ```text
 //! cargo run --release -p lesson12 --example forward_time
 //! cargo run --release -p lesson12 --example forward_time -- --lengths 64,256 --budget 5
+//! cargo run --release -p lesson12 --example forward_time -- --gpu-only
 //! ```
 //!
 //! Time is wall-clock from the call until the device has finished, the logits left where
@@ -19,7 +20,7 @@
 
 use bench::plot::Scale::{Log2, Log10};
 use bench::report::{in_workspace, list_arg};
-use bench::{Figures, Machine, Measurements, Peer, PeerProblem, Plot, Repeats};
+use bench::{Cell, Figures, Machine, Measurements, Peer, PeerProblem, Plot, Repeats, Table};
 use lesson12::gpu::GpuGpt2;
 use lesson12::{Attention, Config, Gpt2};
 
@@ -59,7 +60,10 @@ fn main() -> Res {
         cpu.into_iter().map(|v| v.map(Attention::new)).collect::<Result<_, _>>()?;
     let on_gpu = gpu_models(&model);
     let mut backends: Vec<Backend> = Vec::new();
-    for (attention, lesson) in cpu.iter().zip(["lesson01", "lesson03", "lesson07"]) {
+    let gpu_only = args.iter().any(|a| a == "--gpu-only");
+    for (attention, lesson) in
+        cpu.iter().zip(["lesson01", "lesson03", "lesson07"]).filter(|_| !gpu_only)
+    {
         backends.push(Backend {
             column: format!("cpu_{lesson}_ms"),
             legend: format!("CPU model, {}", attention.name()),
@@ -73,14 +77,14 @@ fn main() -> Res {
             forward: Box::new(|tokens| gpu_model.forward_on_device(tokens)),
         });
     }
-    let peers = torch_peers(&config);
+    let peers = torch_peers(&config, gpu_only);
 
     let mut columns: Vec<String> = backends.iter().map(|b| b.column.clone()).collect();
     let mut legends: Vec<String> = backends.iter().map(|b| b.legend.clone()).collect();
-    for (peer, backend_names) in &peers {
-        for name in backend_names {
+    for (_, backends) in &peers {
+        for (name, description) in backends {
             columns.push(format!("torch_{name}_ms"));
-            legends.push(format!("PyTorch GPT-2, {name} ({})", peer.1));
+            legends.push(format!("PyTorch GPT-2, {description}"));
         }
     }
     let column_specs: Vec<(&str, usize)> = columns.iter().map(|c| (c.as_str(), 2)).collect();
@@ -115,7 +119,7 @@ fn main() -> Res {
             *over = timings.median() > budget;
             row.push(timings.median() * 1e3);
         }
-        for (peer, backend_names) in &peers {
+        for (peer, backends) in &peers {
             let problem = PeerProblem {
                 batch: 1,
                 heads: c.n_head,
@@ -123,21 +127,27 @@ fn main() -> Res {
                 head_dim: c.head_dim(),
                 causal: true,
             };
-            let report = peer.0.run(&[problem]).ok();
-            for name in backend_names {
+            let report = peer.run(&[problem]).ok();
+            for (name, _) in backends {
                 let seconds = report.as_ref().and_then(|r| r.seconds(&problem, name));
                 row.push(seconds.map_or(f64::NAN, |s| s * 1e3));
             }
         }
         times.push(n, &row);
     }
-    println!(
-        "\nforward milliseconds against sequence length N (median; blank: over budget or not run)"
-    );
-    println!("{}", times.table().to_text());
+    // Printed with a row per backend (the CSV has a row per N, for plotting).
+    let mut headers = vec!["backend".to_string()];
+    headers.extend(lengths.iter().map(|n| format!("N = {n}")));
+    let mut table = Table::new(&headers);
     for (column, legend) in columns.iter().zip(&legends) {
-        println!("{column}: {legend}");
+        let mut row = vec![Cell::Text(legend.clone())];
+        for (_, ms) in times.column(column) {
+            row.push(Cell::or_missing(Some(ms).filter(|ms| ms.is_finite()), 2, "-"));
+        }
+        table.push(row);
     }
+    println!("\nforward milliseconds, median (-: over the budget at a shorter N, or failed)");
+    println!("{}", table.to_text());
     let legends: Vec<&str> = legends.iter().map(String::as_str).collect();
     let names: Vec<&str> = columns.iter().map(String::as_str).collect();
     let plot = Plot::new(
@@ -174,9 +184,9 @@ fn gpu_models(model: &Gpt2) -> Vec<GpuGpt2> {
     models
 }
 
-/// PyTorch's GPT-2 forward on the CPU and, where CUDA is there, on the GPU: each peer with a
-/// note for the legend and the backends it reports.
-fn torch_peers(config: &Config) -> Vec<((Peer, &'static str), Vec<&'static str>)> {
+/// PyTorch's GPT-2 forward on the CPU and, where CUDA is there, on the GPU: each peer with
+/// the backends it reports, named as the script names them and described for the table.
+fn torch_peers(config: &Config, gpu_only: bool) -> Vec<(Peer, Vec<(&'static str, &'static str)>)> {
     let Ok(script) = in_workspace("lessons/12_gpt2/peer/gpt2_forward.py") else {
         return Vec::new();
     };
@@ -188,11 +198,16 @@ fn torch_peers(config: &Config) -> Vec<((Peer, &'static str), Vec<&'static str>)
             .option("positions", config.n_positions)
     };
     let mut peers = Vec::new();
-    if let Some(cpu) = peer("cpu").if_it_runs(" (CPU)") {
-        peers.push(((cpu, "CPU"), vec!["cpu_fp32"]));
+    if let Some(cpu) = peer("cpu").if_it_runs(" (CPU)").filter(|_| !gpu_only) {
+        peers.push((cpu, vec![("cpu_fp32", "CPU, fp32")]));
     }
     if let Some(cuda) = peer("cuda").if_it_runs(" (CUDA)") {
-        peers.push(((cuda, "CUDA"), vec!["math_fp32", "efficient_fp32", "flash_fp16"]));
+        let backends = vec![
+            ("math_fp32", "CUDA, SDPA math (S in memory), fp32"),
+            ("efficient_fp32", "CUDA, SDPA memory-efficient, fp32"),
+            ("flash_fp16", "CUDA, SDPA FlashAttention-2, fp16"),
+        ];
+        peers.push((cuda, backends));
     }
     peers
 }

@@ -88,7 +88,7 @@ struct DeviceBlock {
 
 /// What a linear layer does with `x W + b`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Epilogue {
+pub enum Epilogue {
     /// `y = x W + b`
     Store = 0,
     /// `y = gelu(x W + b)`
@@ -261,17 +261,8 @@ impl GpuGpt2 {
         x: &wgpu::Buffer,
         y: &wgpu::Buffer,
     ) -> Result<Dispatch, ModelError> {
-        let constants =
-            [("TRANSPOSED", f64::from(u8::from(transposed))), ("EPILOGUE", epilogue as u8 as f64)];
-        let pipeline = compile(self.device(), "linear", shaders::LINEAR, "main", &constants)?;
-        let sizes = Sizes {
-            rows: rows as u32,
-            cols: linear.outputs as u32,
-            inner: linear.inputs as u32,
-            ..Sizes::default()
-        };
-        let workgroups = [linear.outputs.div_ceil(64), rows.div_ceil(64), 1];
-        self.dispatch("linear", pipeline, sizes, &[x, &linear.weight, &linear.bias, y], workgroups)
+        let blocks = row_blocks(rows, linear.outputs);
+        linear_dispatch(self.device(), linear, transposed, epilogue, blocks, rows, x, y)
     }
 
     /// LayerNorm of `x [rows, C]` into `y`.
@@ -290,39 +281,7 @@ impl GpuGpt2 {
             ..Sizes::default()
         };
         let buffers = [x, &norm.gain, &norm.bias, y];
-        self.dispatch("layer norm", pipeline, sizes, &buffers, [rows, 1, 1])
-    }
-
-    /// A dispatch of `pipeline` with `sizes` at binding 0 and `buffers` at bindings 1, 2, …
-    fn dispatch(
-        &self,
-        label: &'static str,
-        pipeline: wgpu::ComputePipeline,
-        sizes: Sizes,
-        buffers: &[&wgpu::Buffer],
-        workgroups: [usize; 3],
-    ) -> Result<Dispatch, ModelError> {
-        let uniform = buffers::uniform(self.device(), label, &sizes);
-        let bindings: Vec<(u32, &wgpu::Buffer)> = std::iter::once(&uniform)
-            .chain(buffers.iter().copied())
-            .zip(0..)
-            .map(|(b, i)| (i, b))
-            .collect();
-        self.dispatch_bound(label, pipeline, &bindings, workgroups)
-    }
-
-    /// A dispatch of `pipeline` with the given `(binding, buffer)` pairs.
-    fn dispatch_bound(
-        &self,
-        label: &'static str,
-        pipeline: wgpu::ComputePipeline,
-        bindings: &[(u32, &wgpu::Buffer)],
-        workgroups: [usize; 3],
-    ) -> Result<Dispatch, ModelError> {
-        let workgroups = workgroups.map(workgroup_count);
-        check_workgroups(self.device(), label, workgroups)?;
-        let bind_group = bind(self.device(), &pipeline, bindings)?;
-        Ok(Dispatch { label, pipeline, bind_group, workgroups })
+        dispatch(self.device(), "layer norm", pipeline, sizes, &buffers, [rows, 1, 1])
     }
 }
 
@@ -633,7 +592,8 @@ impl GpuGpt2 {
         let c = self.config.n_embd;
         let sizes =
             Sizes { rows: n as u32, cols: c as u32, start: start as u32, ..Sizes::default() };
-        self.dispatch(
+        dispatch(
+            self.device(),
             "embeddings",
             pipeline,
             sizes,
@@ -676,7 +636,13 @@ impl GpuGpt2 {
         let bindings =
             [(0, &uniform), (1, qkv), (first, q), (first + 1, keys), (first + 2, values)];
         let threads = (3 * self.config.n_embd).div_ceil(per_thread);
-        self.dispatch_bound("split heads", pipeline, &bindings, [threads.div_ceil(64), n, 1])
+        dispatch_bound(
+            self.device(),
+            "split heads",
+            pipeline,
+            &bindings,
+            [threads.div_ceil(64), n, 1],
+        )
     }
 
     /// The attention output `o [H, n, stride]` to `merged [n, C]`.
@@ -689,7 +655,8 @@ impl GpuGpt2 {
         let pipeline = compile(self.device(), "merge heads", shaders::HEADS, "merge_heads", &[])?;
         let uniform = buffers::uniform(self.device(), "merge heads", &self.head_sizes(n, 0));
         let bindings = [(0, &uniform), (8, o), (9, merged)];
-        self.dispatch_bound(
+        dispatch_bound(
+            self.device(),
             "merge heads",
             pipeline,
             &bindings,
@@ -723,6 +690,115 @@ impl GpuGpt2 {
         buffers::wait(device)?;
         Ok(())
     }
+}
+
+/// A dispatch of `pipeline` with `sizes` at binding 0 and `buffers` at bindings 1, 2, …
+fn dispatch(
+    device: &wgpu::Device,
+    label: &'static str,
+    pipeline: wgpu::ComputePipeline,
+    sizes: Sizes,
+    buffers: &[&wgpu::Buffer],
+    workgroups: [usize; 3],
+) -> Result<Dispatch, ModelError> {
+    let uniform = buffers::uniform(device, label, &sizes);
+    let bindings: Vec<(u32, &wgpu::Buffer)> = std::iter::once(&uniform)
+        .chain(buffers.iter().copied())
+        .zip(0..)
+        .map(|(b, i)| (i, b))
+        .collect();
+    dispatch_bound(device, label, pipeline, &bindings, workgroups)
+}
+
+/// A dispatch of `pipeline` with the given `(binding, buffer)` pairs.
+fn dispatch_bound(
+    device: &wgpu::Device,
+    label: &'static str,
+    pipeline: wgpu::ComputePipeline,
+    bindings: &[(u32, &wgpu::Buffer)],
+    workgroups: [usize; 3],
+) -> Result<Dispatch, ModelError> {
+    let workgroups = workgroups.map(workgroup_count);
+    check_workgroups(device, label, workgroups)?;
+    let bind_group = bind(device, &pipeline, bindings)?;
+    Ok(Dispatch { label, pipeline, bind_group, workgroups })
+}
+
+/// A dispatch of the linear kernel: `x [rows, inputs]` through `layer` into `y [rows,
+/// outputs]`, as `epilogue` says, in tiles of `16 blocks` rows ([`row_blocks`]).
+#[allow(clippy::too_many_arguments)]
+fn linear_dispatch(
+    device: &wgpu::Device,
+    layer: &DeviceLinear,
+    transposed: bool,
+    epilogue: Epilogue,
+    blocks: usize,
+    rows: usize,
+    x: &wgpu::Buffer,
+    y: &wgpu::Buffer,
+) -> Result<Dispatch, ModelError> {
+    let constants = [
+        ("TRANSPOSED", f64::from(u8::from(transposed))),
+        ("EPILOGUE", epilogue as u8 as f64),
+        ("ROW_BLOCKS", blocks as f64),
+    ];
+    let pipeline = compile(device, "linear", shaders::LINEAR, "main", &constants)?;
+    let sizes = Sizes {
+        rows: rows as u32,
+        cols: layer.outputs as u32,
+        inner: layer.inputs as u32,
+        ..Sizes::default()
+    };
+    let workgroups = [layer.outputs.div_ceil(64), rows.div_ceil(16 * blocks), 1];
+    dispatch(device, "linear", pipeline, sizes, &[x, &layer.weight, &layer.bias, y], workgroups)
+}
+
+/// One linear layer on the GPU, as the model runs it, for tests: `y + x W + b` (with
+/// `Epilogue::Add`), `x W + b` or `gelu(x W + b)`, `x [rows, in]`, `W [in, out]` or with
+/// `transposed` `[out, in]`, in tiles of `16 blocks` rows (1, 2 or 4).
+#[allow(clippy::too_many_arguments)]
+pub fn linear_on(
+    gpu: &Gpu,
+    x: &Array2<f32>,
+    weight: &Array2<f32>,
+    bias: &Array1<f32>,
+    y: &Array2<f32>,
+    transposed: bool,
+    epilogue: Epilogue,
+    blocks: usize,
+) -> Result<Array2<f32>, ModelError> {
+    let device = &gpu.device;
+    let outputs = if transposed { weight.nrows() } else { weight.ncols() };
+    let layer = DeviceLinear {
+        weight: buffers::upload(device, "W", &standard(weight))?,
+        bias: buffers::upload(device, "b", bias.as_slice().expect("contiguous"))?,
+        inputs: x.ncols(),
+        outputs,
+    };
+    let (x_buffer, y_buffer) =
+        (buffers::upload(device, "x", &standard(x))?, buffers::upload(device, "y", &standard(y))?);
+    let linear = linear_dispatch(
+        device,
+        &layer,
+        transposed,
+        epilogue,
+        blocks,
+        x.nrows(),
+        &x_buffer,
+        &y_buffer,
+    )?;
+    gpu::kernel::launch(device, &gpu.queue, &[linear], None)?;
+    let values = buffers::download::<f32>(device, &gpu.queue, &y_buffer)?;
+    Ok(Array2::from_shape_vec(y.dim(), values).expect("y's shape"))
+}
+
+/// Row blocks of 16 in the linear kernel's tiles of `[16 blocks, 64]`: 4 (each number read
+/// from workgroup memory feeds more multiply-adds), unless that gives fewer than 512
+/// workgroups (4 per multiprocessor of a large GPU), then 2, then 1: a short sequence's
+/// products are too small to fill the GPU with 64-row tiles.
+fn row_blocks(rows: usize, cols: usize) -> usize {
+    let enough = |blocks: usize| rows.div_ceil(16 * blocks) * cols.div_ceil(64) >= 512;
+    [4, 2].into_iter().find(|&blocks| enough(blocks)).unwrap_or(1)
 }
 
 /// Downloads `[rows, V]` logits.

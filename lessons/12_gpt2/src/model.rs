@@ -306,7 +306,7 @@ impl Gpt2 {
 
     /// The end of the model: the final LayerNorm of the stream `x [N, C]`, and the logits
     /// `[N, V]`, its dot products with every token's embedding (the tied head).
-    fn head(&self, x: &Array2<f32>) -> (Array2<f32>, Array2<f32>) {
+    pub fn head(&self, x: &Array2<f32>) -> (Array2<f32>, Array2<f32>) {
         let last = self.stored(self.ln_f.forward(x, self.precision.stream()));
         let mut logits = product(&last, self.wte.t());
         round_all(&mut logits, self.precision.stream());

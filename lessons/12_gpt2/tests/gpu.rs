@@ -221,3 +221,48 @@ fn token_embeddings_larger_than_a_buffer_binding_are_refused_with_the_limit() {
         "{message}"
     );
 }
+
+/// The linear kernel with each tile height (1, 2 and 4 row blocks of 16), both weight layouts
+/// and every epilogue, on sizes no tile divides, against ndarray: within the rounding of a sum
+/// of `in` products in f32 (`in u` times the sum of their magnitudes, doubled for margin).
+#[test]
+fn the_linear_kernel_with_every_tile_height_layout_and_epilogue() {
+    use lesson12::gpu::{Epilogue, linear_on};
+    use lesson12::model::gelu;
+    use reference::problem::SplitMix64;
+    let Some(gpu) = gpu::for_tests() else { return };
+    let mut rng = SplitMix64::new(12);
+    let mut random = |rows, cols| Array2::from_shape_simple_fn((rows, cols), || rng.normal());
+    let (rows, inner, cols) = (70, 37, 131);
+    let (x, w, y) = (random(rows, inner), random(inner, cols), random(rows, cols));
+    let bias = random(1, cols).remove_axis(ndarray::Axis(0));
+    let exact = x.dot(&w) + &bias;
+    let magnitude = x.mapv(f32::abs).dot(&w.mapv(f32::abs)) + &bias.mapv(f32::abs);
+    let u = f32::EPSILON / 2.0;
+    for blocks in [1, 2, 4] {
+        for transposed in [false, true] {
+            let stored =
+                if transposed { w.t().as_standard_layout().into_owned() } else { w.clone() };
+            for epilogue in [Epilogue::Store, Epilogue::Gelu, Epilogue::Add] {
+                let out =
+                    linear_on(gpu, &x, &stored, &bias, &y, transposed, epilogue, blocks).unwrap();
+                let expected = match epilogue {
+                    Epilogue::Store => exact.clone(),
+                    Epilogue::Gelu => exact.mapv(gelu),
+                    Epilogue::Add => &y + &exact,
+                };
+                for ((i, j), &got) in out.indexed_iter() {
+                    // GELU's slope is below 1.13; the residual add rounds once more.
+                    let allowed = 2.0 * (inner as f32 * u * magnitude[[i, j]] * 1.13)
+                        + 4.0 * u * (expected[[i, j]].abs() + y[[i, j]].abs());
+                    assert!(
+                        (got - expected[[i, j]]).abs() <= allowed,
+                        "{blocks} row blocks, transposed {transposed}, {epilogue:?}: y[{i}, {j}] = \
+                         {got}, expected {} within {allowed:.1e}",
+                        expected[[i, j]]
+                    );
+                }
+            }
+        }
+    }
+}

@@ -164,6 +164,10 @@ fi
 # file's first line is the command that made it (release binaries built here, run there with
 # PyTorch for the peer). lesson10_sass*.txt need no GPU once `shader_stats --out stats` has
 # brought the driver's caches back: `sass stats` disassembles them (nvdisasm on the PATH).
+# generated/lesson12_forward_time.txt (with figures/12_forward_time.*) and
+# lesson12_consistency_h200.txt were run on an NVIDIA H200 from release binaries built here
+# (`--out $OUT` for the figures), PyTorch on the same machine for the peer; each file's first
+# line is the command, its last the device and date.
 # generated/gpu_benchmark.txt needs a real GPU (it was measured on an NVIDIA H200):
 #   (echo '$ PYTHON=python3 cargo run --release -p lesson09 --example benchmark';
 #    PYTHON=python3 cargo run --release -p lesson09 --example benchmark) > book/src/generated/gpu_benchmark.txt

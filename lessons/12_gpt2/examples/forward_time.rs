@@ -14,8 +14,9 @@
 //!
 //! Time is wall-clock from the call until the device has finished, the logits left where
 //! they were computed (for the GPU model: recording the commands, running them, waiting; no
-//! download), the median of 5 calls after a warm-up (3 calls, or 1, for a backend whose
-//! warm-up took over 0.5 s or 2 s). A backend whose forward passes
+//! download; a call builds a fresh session, so its cache buffers are part of it), the median
+//! of 5 calls after a warm-up (3 calls, or 1, for a backend whose warm-up took over 0.5 s or
+//! 2 s); PyTorch's, the median of 5 after 2 warm-ups. A backend whose forward passes
 //! `--budget` seconds (default 20) is not timed at longer sequences.
 
 use bench::plot::Scale::{Log2, Log10};
@@ -72,7 +73,7 @@ fn main() -> Res {
     }
     for gpu_model in &on_gpu {
         backends.push(Backend {
-            column: format!("gpu_{}_ms", gpu_model.name().replace(' ', "_")),
+            column: format!("gpu_{}_ms", slug(gpu_model.name())),
             legend: format!("GPU model, {}", gpu_model.name()),
             forward: Box::new(|tokens| gpu_model.forward_on_device(tokens)),
         });
@@ -146,21 +147,48 @@ fn main() -> Res {
         }
         table.push(row);
     }
+    let (c, layers, vocab) =
+        (config.n_embd as f64, config.n_layer as f64, config.vocab_size as f64);
+    let mut products = vec![Cell::Text("GFLOP, matrix products".to_string())];
+    let mut attention = vec![Cell::Text("GFLOP, attention (causal)".to_string())];
+    for &n in &lengths {
+        let n = n as f64;
+        // Multiply-adds per token and layer: c_attn 3C^2, attn.c_proj C^2, c_fc and
+        // mlp.c_proj 4C^2 each; then the head, C V; 2 FLOP each. Attention: S and P V take
+        // 2 N^2 C multiply-adds per layer for all heads, half of them masked: N^2 C
+        // multiply-adds, 2 N^2 C FLOP.
+        products.push(Cell::number(2.0 * n * (12.0 * c * c * layers + c * vocab) / 1e9, 1));
+        attention.push(Cell::number(2.0 * n * n * c * layers / 1e9, 1));
+    }
+    table.push(products);
+    table.push(attention);
     println!("\nforward milliseconds, median (-: over the budget at a shorter N, or failed)");
     println!("{}", table.to_text());
-    let legends: Vec<&str> = legends.iter().map(String::as_str).collect();
-    let names: Vec<&str> = columns.iter().map(String::as_str).collect();
-    let plot = Plot::new(
-        "GPT-2 small forward time (one sequence)",
-        "sequence length N",
-        "milliseconds",
-        Log2,
-        Log10,
-    );
+    // The plot shows six lines (the table has them all): the CPU model with lesson 07's
+    // attention, the GPU model with the first and the last kernel, and PyTorch.
+    let shown = |column: &str| {
+        ["cpu_lesson07_ms", "torch_cpu_fp32_ms", "torch_math_fp32_ms", "torch_flash_fp16_ms"]
+            .contains(&column)
+            || on_gpu.first().is_some_and(|m| column == format!("gpu_{}_ms", slug(m.name())))
+            || on_gpu.last().is_some_and(|m| column == format!("gpu_{}_ms", slug(m.name())))
+    };
+    let plotted: Vec<usize> = (0..columns.len()).filter(|&i| shown(&columns[i])).collect();
+    let legends: Vec<&str> = plotted.iter().map(|&i| legends[i].as_str()).collect();
+    let names: Vec<&str> = plotted.iter().map(|&i| columns[i].as_str()).collect();
+    let device = gpu::Gpu::shared().map_or("no GPU".to_string(), |gpu| gpu.info.name.clone());
+    let title =
+        format!("GPT-2 small, one sequence: forward time ({device}, {})", bench::machine::today());
+    let plot = Plot::new(&title, "sequence length N", "milliseconds", Log2, Log10);
     figures.write_svg("12_forward_time", &times.plot(plot, &legends, &names))?;
     figures.write_csv("12_forward_time", &times.table())?;
     println!("wrote 12_forward_time.csv and .svg to {}", figures.display());
     Ok(())
+}
+
+/// `name` as a CSV column: lower case, runs of other characters as one `_`.
+fn slug(name: &str) -> String {
+    let lower = name.to_lowercase().replace(|c: char| !c.is_ascii_alphanumeric(), " ");
+    lower.split_whitespace().collect::<Vec<_>>().join("_")
 }
 
 /// The GPU model with every kernel the adapter runs at GPT-2's head dim; none without an

@@ -147,12 +147,14 @@ impl GpuGpt2 {
         let stride = config.head_dim().next_multiple_of(attention.row_alignment().max(1));
         match attention.storage() {
             Storage::F32 => {}
-            Storage::F16 if stride % 2 == 0 => {}
+            // Two neighbouring channels per u32: a pair must not straddle two heads.
+            Storage::F16 if stride.is_multiple_of(2) && config.head_dim().is_multiple_of(2) => {}
             storage => {
                 return Err(misuse(format!(
-                    "{} stores {storage:?} rows of {stride} elements; the model writes f32 rows, \
-                     or f16 rows of an even length",
-                    kernel.about.name
+                    "{} stores {storage:?} rows of {stride} elements for heads of {}; the model \
+                     writes f32 rows, or f16 rows and heads of an even length",
+                    kernel.about.name,
+                    config.head_dim()
                 )));
             }
         }
@@ -767,12 +769,29 @@ pub fn linear_on(
     epilogue: Epilogue,
     blocks: usize,
 ) -> Result<Array2<f32>, ModelError> {
+    let (inputs, outputs) = if transposed {
+        (weight.ncols(), weight.nrows())
+    } else {
+        (weight.nrows(), weight.ncols())
+    };
+    if ![1, 2, 4].contains(&blocks) {
+        return Err(misuse(format!("{blocks} row blocks; expected 1, 2 or 4")));
+    }
+    if x.ncols() != inputs || bias.len() != outputs || y.dim() != (x.nrows(), outputs) {
+        return Err(misuse(format!(
+            "x {:?}, W {:?} (transposed: {transposed}), b [{}], y {:?}; expected x [rows, in], W \
+             [in, out] (or [out, in]), b [out], y [rows, out]",
+            x.dim(),
+            weight.dim(),
+            bias.len(),
+            y.dim()
+        )));
+    }
     let device = &gpu.device;
-    let outputs = if transposed { weight.nrows() } else { weight.ncols() };
     let layer = DeviceLinear {
         weight: buffers::upload(device, "W", &standard(weight))?,
         bias: buffers::upload(device, "b", bias.as_slice().expect("contiguous"))?,
-        inputs: x.ncols(),
+        inputs,
         outputs,
     };
     let (x_buffer, y_buffer) =

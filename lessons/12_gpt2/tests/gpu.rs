@@ -1,7 +1,7 @@
 //! The GPU model with every WGSL attention kernel the adapter runs (lavapipe in CI): the tiny
-//! checkpoint against PyTorch's answers, random models at head dims 64 and 128 (where the
-//! faster kernels work) against the CPU model, generation with the device's cache, and the
-//! errors.
+//! checkpoint against PyTorch's answers, random models at head dims 64 and 128 (GPT-2's and
+//! its larger siblings') and 10 against the CPU model, generation with the device's cache,
+//! the linear kernel alone, and the errors.
 
 use gpu::Gpu;
 use gpu::attention::KernelVersion;
@@ -82,7 +82,8 @@ fn the_tiny_checkpoint_matches_pytorch_with_every_gpu_kernel_that_takes_its_head
     let expected = pytorch_trace(&reference, model.config.n_layer);
     let mut ran = Vec::new();
     for kernel in &kernels {
-        // D = 16: the tensor-core kernels and lesson 10's f32 one take 64 and up (tested below).
+        // A kernel that does not take D = 16 is skipped here; every kernel runs at D = 64 and 128
+        // below.
         let Ok(on_gpu) = GpuGpt2::new(&model, kernel, gpu) else { continue };
         let trace = on_gpu.trace(&tokens).unwrap();
         compare(&trace, &expected, tolerance(on_gpu.storage()))
@@ -265,4 +266,19 @@ fn the_linear_kernel_with_every_tile_height_layout_and_epilogue() {
             }
         }
     }
+}
+
+#[test]
+fn the_linear_kernel_refuses_a_tile_height_or_shapes_it_cannot_take() {
+    use lesson12::gpu::{Epilogue, linear_on};
+    let Some(gpu) = gpu::for_tests() else { return };
+    let (x, w, y) = (Array2::zeros((3, 4)), Array2::zeros((4, 5)), Array2::zeros((3, 5)));
+    let bias = ndarray::Array1::zeros(5);
+    let call = |w: &Array2<f32>, y: &Array2<f32>, blocks| {
+        linear_on(gpu, &x, w, &bias, y, false, Epilogue::Store, blocks).unwrap_err().to_string()
+    };
+    assert!(call(&w, &y, 3).contains("expected 1, 2 or 4"));
+    assert!(call(&w, &y, 0).contains("expected 1, 2 or 4"));
+    assert!(call(&Array2::zeros((5, 5)), &y, 1).contains("expected x [rows, in]"));
+    assert!(call(&w, &Array2::zeros((3, 4)), 1).contains("expected x [rows, in]"));
 }

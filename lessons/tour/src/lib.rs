@@ -278,7 +278,6 @@ pub fn decode_measurements(
     Ok(out)
 }
 
-// ANCHOR: model
 /// One row of the tour's model table: GPT-2 read from the tiny checkpoint's files, its
 /// attention through one backend, against what PyTorch computed for the same weights.
 pub struct ModelRow {
@@ -383,7 +382,6 @@ pub fn model_table(rows: &[ModelRow]) -> String {
     }
     out
 }
-// ANCHOR_END: model
 
 #[cfg(test)]
 mod tests {

@@ -848,3 +848,27 @@ fn on_gpu<T>(result: Result<T, ModelError>) -> Result<T, ModelError> {
 fn misuse(message: String) -> ModelError {
     reference::AttentionError::from(GpuError::KernelMisuse(message)).into()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The text of `struct Sizes { ... }` in a shader.
+    fn sizes_struct(source: &str) -> &str {
+        let start = source.find("struct Sizes {").expect("every shader declares Sizes");
+        let end = start + source[start..].find('}').expect("closed");
+        &source[start..=end]
+    }
+
+    #[test]
+    fn every_shader_declares_the_hosts_sizes() {
+        // WGSL has no includes: each shader repeats the struct, and all must agree with the
+        // host's 12 fields of 4 bytes.
+        let first = sizes_struct(shaders::LINEAR);
+        for source in [shaders::LAYER_NORM, shaders::EMBED, shaders::HEADS] {
+            assert_eq!(sizes_struct(source), first);
+        }
+        let fields = first.lines().filter(|l| l.trim_end().ends_with(',')).count();
+        assert_eq!((fields, std::mem::size_of::<Sizes>()), (12, 48));
+    }
+}

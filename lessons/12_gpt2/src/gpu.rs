@@ -20,7 +20,7 @@ use ndarray::{Array1, Array2};
 use reference::{About, AttentionShape, Storage};
 
 use crate::model::{Block, Conv1d, LayerNorm, Trace};
-use crate::{Config, Gpt2, ModelError};
+use crate::{Config, Gpt2, ModelError, Precision};
 
 /// The WGSL of the model's own kernels (the attention kernels are lessons 08 to 10's).
 pub mod shaders {
@@ -128,6 +128,14 @@ impl GpuGpt2 {
     fn upload(model: &Gpt2, kernel: &KernelVersion, gpu: &'static Gpu) -> Result<Self, ModelError> {
         if let Some(missing) = kernel.missing_on(&gpu.device) {
             return Err(reference::AttentionError::from(missing).into());
+        }
+        if model.precision != Precision::F32 {
+            return Err(ModelError::input(
+                "the GPU model",
+                format!("a model of precision {:?}", model.precision),
+                "an f32 model: the GPU model computes in f32, the precision strategies are the \
+                 CPU model's",
+            ));
         }
         let (limit, limit_name) = buffers::largest_binding(&gpu.device);
         let wte_bytes = (model.wte.len() * 4) as u64;

@@ -193,6 +193,15 @@ fn bad_tokens_are_refused_before_anything_is_cached() {
 }
 
 #[test]
+fn a_model_in_a_16_bit_precision_strategy_is_refused() {
+    let Some((gpu, kernels)) = runnable() else { return };
+    let model = Gpt2::from_folder(&tiny_checkpoint()).unwrap();
+    let mixed = model.with_precision(lesson12::Precision::ALL[1]);
+    let message = GpuGpt2::new(&mixed, &kernels[0], gpu).err().expect("refused").to_string();
+    assert!(message.contains("an f32 model"), "{message}");
+}
+
+#[test]
 fn a_kernel_the_adapter_cannot_run_is_refused_with_the_reason() {
     let Some(gpu) = gpu::for_tests() else { return };
     let model = Gpt2::from_folder(&tiny_checkpoint()).unwrap();

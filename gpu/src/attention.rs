@@ -180,8 +180,13 @@ fn f16_bits(
     Ok(rows.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect())
 }
 
-/// The uniform for `shape`; an error if a size does not fit the shader's `u32`.
-fn params_of(shape: &AttentionShape, scale: f32, causal: bool) -> Result<Params, AttentionError> {
+/// The uniform for `shape` (for a caller that binds its own buffers, as lesson 12's GPU model
+/// does); an error if a size does not fit the shader's `u32`.
+pub fn params_of(
+    shape: &AttentionShape,
+    scale: f32,
+    causal: bool,
+) -> Result<Params, AttentionError> {
     let as_u32 = |what: &str, n: usize| {
         u32::try_from(n).map_err(|_| GpuError::ExceedsDeviceLimit {
             what: what.to_string(),

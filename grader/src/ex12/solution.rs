@@ -6,7 +6,8 @@
 
 use ndarray::{Array2, Array3, Axis, concatenate, s};
 
-use lesson11::{KeyValues, KvCache};
+use lesson11::KvCache;
+use lesson12::model::cached;
 use lesson12::{Gpt2, ModelError, Monitor};
 use reference::ForwardVersion;
 
@@ -88,12 +89,4 @@ impl<'a> BatchSession<'a> {
         }
         Ok(out)
     }
-}
-
-/// Sequence `seq`'s cached keys and values, `[H, len, D]` each.
-fn cached(cache: &KvCache, seq: usize) -> (Array3<f32>, Array3<f32>) {
-    let (h, len, d) = (cache.kv_heads(), cache.len(seq), cache.head_dim());
-    let keys = Array3::from_shape_fn((h, len, d), |(i, j, c)| cache.key(seq, i, j)[c]);
-    let values = Array3::from_shape_fn((h, len, d), |(i, j, c)| cache.value(seq, i, j)[c]);
-    (keys, values)
 }

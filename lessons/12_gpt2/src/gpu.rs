@@ -13,7 +13,7 @@
 //! Shapes as in [`crate::model`]: `N` tokens, `C` channels, `H` heads of `D`, `V`
 //! vocabulary, `P` positions.
 
-use gpu::attention::{AttentionBuffers, AttentionKernel, KernelVersion, Params};
+use gpu::attention::{AttentionBuffers, AttentionKernel, KernelVersion, params_of};
 use gpu::kernel::{Dispatch, bind, catch_errors, check_workgroups, compile, workgroup_count};
 use gpu::{Gpu, GpuError, buffers};
 use ndarray::{Array1, Array2};
@@ -334,13 +334,7 @@ impl<'a> GpuSession<'a> {
 
     fn allocate(model: &'a GpuGpt2) -> Result<Self, ModelError> {
         let c = &model.config;
-        let elements = c.n_head * c.n_positions * model.row_stride();
-        let cache = |what: &str| -> Result<wgpu::Buffer, ModelError> {
-            Ok(match model.attention.storage() {
-                Storage::F16 => buffers::storage::<u16>(model.device(), what, elements)?,
-                _ => buffers::storage::<f32>(model.device(), what, elements)?,
-            })
-        };
+        let cache = |what: &str| model.heads_buffer(what, c.n_positions);
         let caches = (0..c.n_layer).map(|_| Ok((cache("keys")?, cache("values")?)));
         Ok(Self {
             model,
@@ -428,28 +422,16 @@ impl<'a> GpuSession<'a> {
         let (n, len, d, stride) =
             (tokens.len(), self.len + tokens.len(), model.config.head_dim(), model.row_stride());
         let matrix = |what: &str, cols: usize| buffers::storage::<f32>(device, what, n * cols);
-        let storage = model.attention.storage();
-        let heads = |what: &str, rows: usize| match storage {
-            Storage::F16 => buffers::storage::<u16>(device, what, h * rows * stride),
-            _ => buffers::storage::<f32>(device, what, h * rows * stride),
-        };
-        let params = Params {
-            slices: h as u32,
-            q_len: n as u32,
-            kv_len: len as u32,
-            head_dim: d as u32,
-            scale: 1.0 / (d as f32).sqrt(),
-            causal: 1,
-            pad: [0; 2],
-        };
+        let shape = AttentionShape { batch: 1, heads: h, q_len: n, kv_len: len, head_dim: d };
+        let params = params_of(&shape, 1.0 / (d as f32).sqrt(), true)?;
         let attention = AttentionBuffers {
-            shape: AttentionShape { batch: 1, heads: h, q_len: n, kv_len: len, head_dim: d },
+            shape,
             row_stride: stride,
-            storage,
+            storage: model.attention.storage(),
             params: buffers::uniform(device, "params", &params),
-            q: heads("Q", n)?,
-            k: heads("K", len)?,
-            v: heads("V", len)?,
+            q: model.heads_buffer("Q", n)?,
+            k: model.heads_buffer("K", len)?,
+            v: model.heads_buffer("V", len)?,
             o: buffers::storage::<f32>(device, "O", h * n * stride)?,
             lse: buffers::storage::<f32>(device, "L", h * n)?,
         };
@@ -583,6 +565,16 @@ impl GpuGpt2 {
     /// The attention kernel's row stride: `D` rounded up to its alignment.
     fn row_stride(&self) -> usize {
         self.config.head_dim().next_multiple_of(self.attention.row_alignment().max(1))
+    }
+
+    /// A buffer of `H` heads of `rows` rows of the attention kernel's stride, in the format
+    /// it stores Q, K and V in: Q for a call, K and V for a call or a cache.
+    fn heads_buffer(&self, what: &str, rows: usize) -> Result<wgpu::Buffer, ModelError> {
+        let elements = self.config.n_head * rows * self.row_stride();
+        Ok(match self.attention.storage() {
+            Storage::F16 => buffers::storage::<u16>(self.device(), what, elements)?,
+            _ => buffers::storage::<f32>(self.device(), what, elements)?,
+        })
     }
 
     /// Bytes of one element of Q, K or V as the attention kernel stores them.

@@ -499,7 +499,7 @@ impl<'a> Session<'a> {
             let (q, k, v) = model.queries_keys_values(block, &x);
             self.failed = true; // until this layer has cached and attended
             cache.append(0, k.view(), v.view())?;
-            let (keys, values) = cached(cache);
+            let (keys, values) = cached(cache, 0);
             let heads = self.attention.attend(q, keys, values)?;
             self.failed = false;
             model.finish_block(block, layer, &mut x, heads, &mut Monitor::default());
@@ -509,15 +509,18 @@ impl<'a> Session<'a> {
     }
 }
 
-/// Every cached key and value of the cache's one sequence, `[H, len, D]` each: the first
-/// `len` of its `capacity` slots (a contiguous cache is one block per sequence).
-fn cached(cache: &KvCache) -> (Array3<f32>, Array3<f32>) {
+/// Every cached key and value of sequence `seq`, `[H, len, D]` each: the first `len` of the
+/// `capacity` slots of its block (a contiguous cache is one block per sequence, `[Hkv,
+/// capacity, D]`, block `seq` for sequence `seq`).
+pub fn cached(cache: &KvCache, seq: usize) -> (Array3<f32>, Array3<f32>) {
     let blocks = cache.blocks();
     let (h, d) = (cache.kv_heads(), cache.head_dim());
+    let block = h * blocks.block_size * d;
     let filled = |pool: &[f32]| {
+        let own = &pool[seq * block..(seq + 1) * block];
         let all =
-            ArrayView3::from_shape((h, blocks.block_size, d), pool).expect("[Hkv, capacity, D]");
-        all.slice(s![.., ..cache.len(0), ..]).to_owned()
+            ArrayView3::from_shape((h, blocks.block_size, d), own).expect("[Hkv, capacity, D]");
+        all.slice(s![.., ..cache.len(seq), ..]).to_owned()
     };
     (filled(blocks.keys), filled(blocks.values))
 }

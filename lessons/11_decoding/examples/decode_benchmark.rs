@@ -9,7 +9,11 @@
 //! cargo run --release -p lesson11 --example decode_benchmark -- --batches 1  # batch 1 only
 //! cargo run --release -p lesson11 --example decode_benchmark -- --tune     # layouts, splits
 //! cargo run --release -p lesson11 --example decode_benchmark -- --anatomy  # loads taken out
+//! cargo run --release -p lesson11 --example decode_benchmark -- --tune --shader my.wgsl
 //! ```
+//!
+//! `--shader` tunes (or dissects) an edited copy of `decode.wgsl` instead of the lesson's: a
+//! way to try a change to the kernel. `--tune` still checks its answers against the oracle.
 //!
 //! Every configuration is first checked against the f64 oracle (grouped heads, on the
 //! f16-rounded cache), then timed: GPU time from timestamp queries, calls back to back (a model
@@ -78,8 +82,15 @@ fn main() -> Result<(), String> {
         "One decoding step: Hq={q_heads} query heads sharing Hkv={kv_heads} K/V heads, D={head_dim}, \
          f16 cache, one query per sequence; GPU time per step, median"
     );
+    let shader = match args.iter().position(|a| a == "--shader") {
+        Some(i) => {
+            let path = args.get(i + 1).ok_or("--shader needs the path of a WGSL file")?;
+            std::fs::read_to_string(path).map_err(|e| format!("reading {path}: {e}"))?
+        }
+        None => lesson11::gpu_decode::SHADER.to_string(),
+    };
     if args.iter().any(|a| a == "--tune") {
-        return tune(gpu, &timer, &sizes);
+        return tune(gpu, &timer, &sizes, &shader);
     }
     // The copy also warms the GPU up before anything else is timed: a GPU that idled starts
     // at a low clock, and the first kernel timed would pay for it.
@@ -91,7 +102,7 @@ fn main() -> Result<(), String> {
         read / 1e9
     );
     if args.iter().any(|a| a == "--anatomy") {
-        return anatomy(gpu, &timer, &sizes);
+        return anatomy(gpu, &timer, &sizes, &shader);
     }
 
     let problems: Vec<PeerProblem> = sizes
@@ -148,7 +159,7 @@ fn main() -> Result<(), String> {
             for splits in [Some(1), None] {
                 let call = DecodeCall::new(&gpu.device, &cache, &p.q, &p.options(), splits)
                     .map_err(|e| e.to_string())?;
-                validate(gpu, &call, &p, &expected)?;
+                validate(gpu, &timer, &call, &p, &expected)?;
                 chosen = call.splits();
                 ours.push(
                     time(|n| call.run(&gpu.device, &gpu.queue, Some(&timer), n))
@@ -218,23 +229,22 @@ fn main() -> Result<(), String> {
 /// (16K, 32K and the longest; the longest alone with `--quick`), each layout checked against
 /// the oracle first: what the defaults were chosen from, and how a step's time splits into a
 /// fixed part and a part that grows with the cache.
-fn tune(gpu: &Gpu, timer: &GpuTimer, sizes: &Sizes) -> Result<(), String> {
+fn tune(gpu: &Gpu, timer: &GpuTimer, sizes: &Sizes, shader: &str) -> Result<(), String> {
     let longest = sizes.runs.iter().flat_map(|(_, lens)| lens.iter().copied()).max().unwrap_or(1);
     let lens = if longest > 1 << 15 { vec![1 << 14, 1 << 15, longest] } else { vec![longest] };
-    // (threads, keys and values loaded at once, scores held): the first default and the first
-    // tuned shape, then smaller score tiles (less workgroup memory) and fewer or more loads in
-    // flight (fewer or more registers).
+    // (threads, keys and values loaded at once, scores held): the layout tuned on an H100 in
+    // 2026-11, then smaller and larger score tiles (less or more workgroup memory, shorter or
+    // longer tiles), fewer or more loads in flight (fewer or more registers), more threads.
     let shapes = [
-        (128, 2, 4, 4096),
-        (256, 2, 8, 4096),
-        (128, 2, 8, 1024),
         (128, 1, 8, 1024),
-        (128, 1, 4, 1024),
-        (128, 1, 16, 1024),
-        (128, 2, 16, 1024),
         (128, 1, 8, 512),
-        (64, 1, 8, 512),
+        (128, 1, 16, 512),
+        (128, 1, 4, 512),
+        (128, 2, 8, 512),
+        (128, 1, 8, 256),
+        (64, 1, 8, 256),
         (256, 1, 8, 1024),
+        (256, 1, 16, 1024),
         (256, 1, 16, 2048),
     ];
     for len in lens {
@@ -246,13 +256,14 @@ fn tune(gpu: &Gpu, timer: &GpuTimer, sizes: &Sizes) -> Result<(), String> {
         for (threads, key_steps, pv_steps, scores) in shapes {
             let shape = KernelShape { threads, key_steps, pv_steps, scores };
             for (i, splits) in [16, 32, 64, 128, 256].into_iter().enumerate() {
-                let call = DecodeCall::with_shape(
+                let call = DecodeCall::with_shader(
                     &gpu.device,
                     &cache,
                     &p.q,
                     &p.options(),
                     Some(splits),
                     shape,
+                    shader,
                 );
                 let layout =
                     format!("{threads:7}  {key_steps:9}  {pv_steps:11}  {scores:6}  {splits:6}");
@@ -264,7 +275,7 @@ fn tune(gpu: &Gpu, timer: &GpuTimer, sizes: &Sizes) -> Result<(), String> {
                     }
                 };
                 if i == 0 {
-                    validate(gpu, &call, &p, &expected)?;
+                    validate(gpu, timer, &call, &p, &expected)?;
                 }
                 let seconds = time(|n| call.run(&gpu.device, &gpu.queue, Some(timer), n))
                     .map_err(|e| e.to_string())?;
@@ -284,23 +295,63 @@ fn tune(gpu: &Gpu, timer: &GpuTimer, sizes: &Sizes) -> Result<(), String> {
 /// phase, a value's in the weighted sum. The `select` of a load it never takes keeps the
 /// buffer bound (a kernel that names no element of a buffer loses its binding), and the
 /// driver drops the load.
-const KEY_LOAD: (&str, &str) =
-    ("let k8 = k_pool[keys[u] + p];", "let k8 = select(k_pool[0], vec4<u32>(keys[u] + p), true);");
+const KEY_LOAD: (&str, &str) = (
+    "let k8 = k_pool[keys[u].key + p * params.block_size];",
+    "let k8 = select(k_pool[0], vec4<u32>(keys[u].key + p * params.block_size), true);",
+);
 const VALUE_LOAD: (&str, &str) = (
-    "values[u] = v_pool[token_address(b, g, tile + min(t0 + u * LANES, n - 1u)) + pack];",
-    "values[u] = select(v_pool[0], \
-     vec4<u32>(token_address(b, g, tile + min(t0 + u * LANES, n - 1u)) + pack), true);",
+    "values[u] = v_pool[value_at[min(t0 + u * LANES, n - 1u)] + pack];",
+    "values[u] = select(v_pool[0], vec4<u32>(value_at[min(t0 + u * LANES, n - 1u)] + pack), true);",
+);
+/// The widening of f16 to f32 taken out: each pack's bits read as f32 as they are.
+const UNPACKING: [(&str, &str); 2] = [
+    (
+        "return vec4<f32>(unpack2x16float(pack.x), unpack2x16float(pack.y));",
+        "return bitcast<vec4<f32>>(pack);",
+    ),
+    (
+        "return vec4<f32>(unpack2x16float(pack.z), unpack2x16float(pack.w));",
+        "return bitcast<vec4<f32>>(pack.yxwz);",
+    ),
+];
+
+/// Most of the arithmetic taken out, the loads kept: each key's dot products reduced to one
+/// addition per query head, each weighted value to one multiply-add of 8.
+const ARITHMETIC: [(&str, &str); 3] = [
+    (
+        "dots[u * MAX_ROWS + r] += dot(q_rows[at], lo) + dot(q_rows[at + 1u], hi);",
+        "dots[u * MAX_ROWS + r] += lo.x + hi.y;",
+    ),
+    ("acc[2u * r] += p * lo;", "acc[2u * r].x += p * lo.x;"),
+    ("acc[2u * r + 1u] += p * hi;", "acc[2u * r + 1u].x += hi.x;"),
+];
+/// The tree that finds each row's maximum over a tile taken out (its loop runs no step, so
+/// its barriers go too): each thread weighs its keys by its own maximum.
+const MAX_TREE: (&str, &str) = (
+    "for (var stride = THREADS / 2u; stride > 0u; stride /= 2u) {
+            if tid < stride {
+                // unroll
+                for (var r = 0u; r < ROWS; r++) {
+                    let i = r * THREADS + tid;
+                    reduce[i] = max(",
+    "for (var stride = 0u; stride > 0u; stride /= 2u) {
+            if tid < stride {
+                // unroll
+                for (var r = 0u; r < ROWS; r++) {
+                    let i = r * THREADS + tid;
+                    reduce[i] = max(",
 );
 
 /// What a step's time is made of, at batch 1 on 16K tokens and the longest cache, with the
 /// default layout and splits: the kernels as written, the split kernel alone (no merge), and
-/// the kernel with its key loads, its value loads, or both taken out (their answers are then
-/// wrong, and not checked: only the times mean something).
-fn anatomy(gpu: &Gpu, timer: &GpuTimer, sizes: &Sizes) -> Result<(), String> {
+/// the kernel with its key loads, its value loads, or both taken out, with its f16 read as f32
+/// without widening, with most of its arithmetic or its per-tile reduction taken out (their
+/// answers are then wrong, and not checked: only the times mean something).
+fn anatomy(gpu: &Gpu, timer: &GpuTimer, sizes: &Sizes, shader: &str) -> Result<(), String> {
     let longest = sizes.runs.iter().flat_map(|(_, lens)| lens.iter().copied()).max().unwrap_or(1);
     let lens = if longest > 1 << 14 { vec![1 << 14, longest] } else { vec![longest] };
     let edit = |edits: &[(&str, &str)]| -> Result<String, String> {
-        let mut shader = lesson11::gpu_decode::SHADER.to_string();
+        let mut shader = shader.to_string();
         for (from, to) in edits {
             if !shader.contains(from) {
                 return Err(format!("decode.wgsl no longer contains `{from}`"));
@@ -314,6 +365,9 @@ fn anatomy(gpu: &Gpu, timer: &GpuTimer, sizes: &Sizes) -> Result<(), String> {
         ("keys not read", edit(&[KEY_LOAD])?),
         ("values not read", edit(&[VALUE_LOAD])?),
         ("neither read", edit(&[KEY_LOAD, VALUE_LOAD])?),
+        ("f16 not widened", edit(&UNPACKING)?),
+        ("little arithmetic", edit(&ARITHMETIC)?),
+        ("no max tree", edit(&[MAX_TREE])?),
     ];
     for len in lens {
         let (p, cache) = problem_on_gpu(gpu, sizes, 1, len, 1)?;
@@ -322,7 +376,7 @@ fn anatomy(gpu: &Gpu, timer: &GpuTimer, sizes: &Sizes) -> Result<(), String> {
             "\nB = 1, {len} tokens ({} MB of cache), the default layout:",
             bytes as u64 / 1_000_000
         );
-        println!("{:<16} {:>9} {:>12} {:>12}", "kernel", "step us", "partials us", "GB/s read");
+        println!("{:<18} {:>9} {:>12} {:>12}", "kernel", "step us", "partials us", "GB/s read");
         for (name, shader) in &variants {
             let shape = KernelShape::default();
             let call = DecodeCall::with_shader(
@@ -336,7 +390,7 @@ fn anatomy(gpu: &Gpu, timer: &GpuTimer, sizes: &Sizes) -> Result<(), String> {
             )
             .map_err(|e| e.to_string())?;
             if *name == "as written" {
-                validate(gpu, &call, &p, &expected_f16(&p)?)?;
+                validate(gpu, timer, &call, &p, &expected_f16(&p)?)?;
             }
             let step = time(|n| call.run(&gpu.device, &gpu.queue, Some(timer), n))
                 .map_err(|e| e.to_string())?;
@@ -349,7 +403,7 @@ fn anatomy(gpu: &Gpu, timer: &GpuTimer, sizes: &Sizes) -> Result<(), String> {
                 _ => bytes / 2.0,
             };
             println!(
-                "{name:<16} {:>9.1} {:>12.1} {:>12.0}",
+                "{name:<18} {:>9.1} {:>12.1} {:>12.0}",
                 step * 1e6,
                 partials * 1e6,
                 read / step / 1e9
@@ -390,9 +444,11 @@ fn expected_f16(p: &DecodeProblem) -> Result<Vec<Expected>, String> {
     p.expected_with(&keys, &values)
 }
 
-/// Checks one call's answer against the f64 oracle on the f16-rounded cache, before timing it.
+/// Checks one call's answer against the f64 oracle on the f16-rounded cache, before timing it,
+/// then brings the GPU back to speed.
 fn validate(
     gpu: &Gpu,
+    timer: &GpuTimer,
     call: &DecodeCall,
     p: &DecodeProblem,
     expected: &[Expected],
@@ -401,7 +457,12 @@ fn validate(
     let out = call.read(&gpu.device, &gpu.queue).map_err(|e| e.to_string())?;
     p.check_against(&out, Tolerance::F32, expected).map_err(|e| {
         format!("{:?} with {} splits is wrong, not timing it: {e}", p.spec, call.splits())
-    })
+    })?;
+    // One timing thrown away. The GPU idled while the host computed the oracle's answer, and
+    // on an H200 the first timing after that was now and then several times too slow (145
+    // against 32 us), although `time` warms up first.
+    time(|n| call.run(&gpu.device, &gpu.queue, Some(timer), n)).map_err(|e| e.to_string())?;
+    Ok(())
 }
 
 /// Median GPU seconds of one call: `run(n)` runs it `n` times back to back and returns their

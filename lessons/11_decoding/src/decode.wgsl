@@ -1,6 +1,9 @@
 // Flash-decoding in two kernels: attention of one new query per sequence over a KV cache
 // stored in f16, in blocks (PagedAttention's layout; a contiguous cache is one block per
-// sequence).
+// sequence). Within a block, values are stored token by token, and keys pack by pack: the
+// first 16 bytes of every token, then the next 16 bytes of every token, and so on (the layout
+// vLLM's kernels read keys in), so that threads that each score a neighbouring token read
+// neighbouring bytes.
 //
 // 1. `split_partials`: one workgroup per (chunk of keys, group of query heads, sequence). It
 //    reads each key and value of its chunk once, for all ROWS query heads that share that K/V
@@ -50,13 +53,13 @@ const NO_KEY: f32 = -3.0e38;
 const PACKS: u32 = HEAD_DIM / 8u;   // 16-byte packs of 8 f16 in a row
 const KEY_STEPS: u32 = 2u;          // keys a thread scores at once (1 or 2)
 const PV_STEPS: u32 = 4u;           // values a thread loads at once
-const MERGE_STEPS: u32 = 4u;        // partial results a merging thread loads at once
+const MERGE_STEPS: u32 = 16u;       // partial results a merging thread loads at once
 const LANES: u32 = THREADS / PACKS; // keys read side by side in the P V phase
 
 @group(0) @binding(0) var<uniform> params: DecodeParams;
 @group(0) @binding(1) var<storage, read> q: array<vec4<f32>>;            // [B, Hq, HEAD_DIM/4]
-@group(0) @binding(2) var<storage, read> k_pool: array<vec4<u32>>;       // [blocks, Hkv, block_size, PACKS]
-@group(0) @binding(3) var<storage, read> v_pool: array<vec4<u32>>;       // same
+@group(0) @binding(2) var<storage, read> k_pool: array<vec4<u32>>;       // [blocks, Hkv, PACKS, block_size]
+@group(0) @binding(3) var<storage, read> v_pool: array<vec4<u32>>;       // [blocks, Hkv, block_size, PACKS]
 @group(0) @binding(4) var<storage, read> block_table: array<u32>;        // [B, table_stride]
 @group(0) @binding(5) var<storage, read> lens: array<u32>;               // [B]
 @group(0) @binding(6) var<storage, read_write> partial_o: array<vec4<f32>>; // [B, Hq, splits, HEAD_DIM/4]
@@ -66,13 +69,23 @@ var<workgroup> q_rows: array<vec4<f32>, ROWS * HEAD_DIM / 4u>;
 var<workgroup> scores: array<f32, SCORES>;             // [ROWS, TILE]
 var<workgroup> reduce: array<f32, THREADS * ROWS>;     // a value per thread and row
 var<workgroup> lane_sums: array<vec4<f32>, THREADS * 2u>;
+var<workgroup> value_at: array<u32, TILE>;            // where each key of the tile has its value
+
+// Where token j of a sequence is in the pool, in packs: `key` is its key's first pack (pack p
+// at key + p * block_size), `value` its value's (pack p at value + p).
+struct TokenAddress {
+    key: u32,
+    value: u32,
+}
 
 // ANCHOR: token_address
-// Where token j of K/V head g of sequence b starts in the pool, in packs: the block table
-// gives the block, j % block_size the slot.
-fn token_address(b: u32, g: u32, j: u32) -> u32 {
+// Where token j of K/V head g of sequence b is in the pool: the block table gives the block,
+// j % block_size the slot. Both tensors hold PACKS * block_size packs per (block, K/V head).
+fn token_address(b: u32, g: u32, j: u32) -> TokenAddress {
     let block = block_table[b * params.table_stride + j / params.block_size];
-    return ((block * params.kv_heads + g) * params.block_size + j % params.block_size) * PACKS;
+    let slot = j % params.block_size;
+    let head_start = (block * params.kv_heads + g) * params.block_size * PACKS;
+    return TokenAddress(head_start + slot, head_start + slot * PACKS);
 }
 // ANCHOR_END: token_address
 
@@ -130,7 +143,7 @@ fn split_partials(
         for (var t0 = tid; t0 < n; t0 += KEY_STEPS * THREADS) {
             // KEY_STEPS keys at once (the last ones clamped to the tile and not stored), so
             // that their loads are in flight together.
-            var keys: array<u32, KEY_STEPS>;
+            var keys: array<TokenAddress, KEY_STEPS>;
             // unroll
             for (var u = 0u; u < KEY_STEPS; u++) {
                 keys[u] = token_address(b, g, tile + min(t0 + u * THREADS, n - 1u));
@@ -140,7 +153,7 @@ fn split_partials(
             for (var p = 0u; p < PACKS; p++) {
                 // unroll
                 for (var u = 0u; u < KEY_STEPS; u++) {
-                    let k8 = k_pool[keys[u] + p];
+                    let k8 = k_pool[keys[u].key + p * params.block_size];
                     let lo = low_half(k8);
                     let hi = high_half(k8);
                     // unroll
@@ -154,6 +167,8 @@ fn split_partials(
             for (var u = 0u; u < KEY_STEPS; u++) {
                 let t = t0 + u * THREADS;
                 if t < n {
+                    // The value phase reads the address from here, without a division.
+                    value_at[t] = keys[u].value;
                     // unroll
                     for (var r = 0u; r < ROWS; r++) {
                         scores[r * TILE + t] = dots[u * MAX_ROWS + r];
@@ -207,7 +222,7 @@ fn split_partials(
                 var values: array<vec4<u32>, PV_STEPS>;
                 // unroll
                 for (var u = 0u; u < PV_STEPS; u++) {
-                    values[u] = v_pool[token_address(b, g, tile + min(t0 + u * LANES, n - 1u)) + pack];
+                    values[u] = v_pool[value_at[min(t0 + u * LANES, n - 1u)] + pack];
                 }
                 // unroll
                 for (var u = 0u; u < PV_STEPS; u++) {
@@ -224,7 +239,7 @@ fn split_partials(
             }
         }
         // ANCHOR_END: weighted_values
-        workgroupBarrier(); // scores and reduce are rewritten by the next tile
+        workgroupBarrier(); // scores, reduce and value_at are rewritten by the next tile
     }
 
     // Each row's sum of weights: a tree over the threads.
@@ -271,8 +286,10 @@ fn split_partials(
 
 // ---------------------------------------------------------------------------------------------
 // The merge: O = sum_s 2^(L_s - L) O_s with L = log2 sum_s 2^(L_s), then L in natural units.
-// The splits are spread over the threads: a tree gives the largest L_s and the sum of the
-// weights, then each thread sums every MERGE_LANES-th split of one vec4 of O.
+// Each thread owns one vec4 of O and every MERGE_LANES-th split. It loads its first
+// MERGE_STEPS partial results before anything else: they do not depend on the weights, so
+// their latency overlaps the reduction that finds L (one tree over (max, sum) pairs, combined
+// as the online softmax combines them).
 
 @group(0) @binding(8) var<storage, read_write> out_o: array<vec4<f32>>; // [B, Hq, HEAD_DIM/4]
 @group(0) @binding(9) var<storage, read_write> out_lse: array<f32>;     // [B, Hq]
@@ -281,58 +298,66 @@ const MERGE_THREADS: u32 = 128u;
 const MAX_SPLITS: u32 = 1024u;
 const MERGE_LANES: u32 = MERGE_THREADS / (HEAD_DIM / 4u);
 
-var<workgroup> weights: array<f32, MAX_SPLITS>;
-var<workgroup> merge_reduce: array<f32, MERGE_THREADS>;
+var<workgroup> split_lse: array<f32, MAX_SPLITS>;
+var<workgroup> merge_max: array<f32, MERGE_THREADS>;
+var<workgroup> merge_sum: array<f32, MERGE_THREADS>;
 var<workgroup> merge_sums: array<vec4<f32>, MERGE_THREADS>;
 
 @compute @workgroup_size(MERGE_THREADS)
 fn merge_splits(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let row = wg.y * params.q_heads + wg.x; // (sequence, query head)
     let first = row * params.splits;
+    let last = params.splits - 1u;
+    let i = tid % (HEAD_DIM / 4u);
+    let lane = tid / (HEAD_DIM / 4u); // lanes beyond MERGE_LANES load (clamped) but do not add
+    var parts: array<vec4<f32>, MERGE_STEPS>;
+    // unroll
+    for (var u = 0u; u < MERGE_STEPS; u++) {
+        parts[u] = partial_o[(first + min(lane + u * MERGE_LANES, last)) * (HEAD_DIM / 4u) + i];
+    }
+
+    // L = log2 sum_s 2^(L_s) as a largest L_s and a sum of 2^(L_s - largest), per thread over
+    // its splits, then over the threads.
     var largest = NO_KEY;
-    for (var s = tid; s < params.splits; s += MERGE_THREADS) {
-        largest = max(largest, partial_lse[first + s]);
-    }
-    merge_reduce[tid] = largest;
-    workgroupBarrier();
-    for (var stride = MERGE_THREADS / 2u; stride > 0u; stride /= 2u) {
-        if tid < stride {
-            merge_reduce[tid] = max(merge_reduce[tid], merge_reduce[tid + stride]);
-        }
-        workgroupBarrier();
-    }
-    largest = merge_reduce[0];
-    workgroupBarrier();
     var total = 0.0;
     for (var s = tid; s < params.splits; s += MERGE_THREADS) {
-        let w = exp2(partial_lse[first + s] - largest);
-        weights[s] = w;
-        total += w;
+        let lse = partial_lse[first + s];
+        split_lse[s] = lse;
+        let new_largest = max(largest, lse);
+        total = total * exp2(largest - new_largest) + exp2(lse - new_largest);
+        largest = new_largest;
     }
-    merge_reduce[tid] = total;
+    merge_max[tid] = largest;
+    merge_sum[tid] = total;
     workgroupBarrier();
     for (var stride = MERGE_THREADS / 2u; stride > 0u; stride /= 2u) {
         if tid < stride {
-            merge_reduce[tid] += merge_reduce[tid + stride];
+            let other = tid + stride;
+            let m = max(merge_max[tid], merge_max[other]);
+            merge_sum[tid] = merge_sum[tid] * exp2(merge_max[tid] - m) + merge_sum[other] * exp2(merge_max[other] - m);
+            merge_max[tid] = m;
         }
         workgroupBarrier();
     }
-    total = merge_reduce[0];
-    let i = tid % (HEAD_DIM / 4u);
-    let lane = tid / (HEAD_DIM / 4u);
+    largest = merge_max[0];
+    total = merge_sum[0];
+
     var o = vec4<f32>(0.0);
     if lane < MERGE_LANES {
-        for (var s0 = lane; s0 < params.splits; s0 += MERGE_STEPS * MERGE_LANES) {
-            var parts: array<vec4<f32>, MERGE_STEPS>;
-            // unroll
-            for (var u = 0u; u < MERGE_STEPS; u++) {
-                let s = min(s0 + u * MERGE_LANES, params.splits - 1u);
-                parts[u] = partial_o[(first + s) * (HEAD_DIM / 4u) + i];
-            }
+        var s0 = lane;
+        loop {
             // unroll
             for (var u = 0u; u < MERGE_STEPS; u++) {
                 let s = s0 + u * MERGE_LANES;
-                o += select(0.0, weights[min(s, params.splits - 1u)], s < params.splits) * parts[u];
+                o += select(0.0, exp2(split_lse[min(s, last)] - largest), s <= last) * parts[u];
+            }
+            s0 += MERGE_STEPS * MERGE_LANES;
+            if s0 > last {
+                break;
+            }
+            // unroll
+            for (var u = 0u; u < MERGE_STEPS; u++) {
+                parts[u] = partial_o[(first + min(s0 + u * MERGE_LANES, last)) * (HEAD_DIM / 4u) + i];
             }
         }
     }

@@ -54,17 +54,13 @@ pub struct KernelShape {
 }
 
 impl Default for KernelShape {
-    /// The fastest layout `--tune` found on an H100 (2026-11-25, B = 1, Hq = 32, Hkv = 8,
-    /// D = 128, 512 workgroups): 128 threads, 1 key and 8 values loaded at once, 1024 scores
-    /// (tiles of 256 keys for 4 query heads). It takes 12 KiB of workgroup memory at D = 128
-    /// where the first tuned layout (256 threads, 4096 scores) took 34 KiB, so that more
-    /// workgroups share a multiprocessor, and fewer registers than 2 keys at once. With the 512
-    /// workgroups [`gpu_splits`] aims at: 16K tokens in 42 us against 77, 128K in 228 us against
-    /// 284. Against the earlier layouts at their own best number of splits, the smaller tile
-    /// gains 6 to 9% and one key at a time 3 to 6%; the rest is that 512 workgroups now suit
-    /// every cache length.
+    /// The fastest layout `--tune` found on an H200 (2026-11-26, B = 1, Hq = 32, Hkv = 8,
+    /// D = 128, 512 workgroups): 128 threads, 1 key and 8 values loaded at once, 512 scores
+    /// (tiles of 128 keys for 4 query heads, 11 KiB of workgroup memory). Against the layout
+    /// tuned on an H100 a day before (1024 scores), with the 512 workgroups [`gpu_splits`] aims
+    /// at: 16K tokens in 32 us against 43, 128K in 164 us against 230.
     fn default() -> Self {
-        Self { threads: 128, key_steps: 1, pv_steps: 8, scores: 1024 }
+        Self { threads: 128, key_steps: 1, pv_steps: 8, scores: 512 }
     }
 }
 
@@ -83,9 +79,11 @@ impl KernelShape {
 }
 
 /// Bytes of workgroup memory `split_partials` takes: the queries, the scores, a value per
-/// thread and row for the reductions, and 8 sums per thread.
+/// thread and row for the reductions, 8 sums per thread, and the value address of each key of
+/// a tile.
 fn workgroup_bytes(kernel: KernelShape, padded_dim: usize, rows: usize) -> usize {
-    4 * (rows * padded_dim + kernel.scores + kernel.threads * rows + kernel.threads * 8)
+    let tile = kernel.scores / rows;
+    4 * (rows * padded_dim + kernel.scores + kernel.threads * rows + kernel.threads * 8 + tile)
 }
 /// The most chunks per sequence `merge_splits` merges (`MAX_SPLITS`: their weights are kept in
 /// workgroup memory).
@@ -161,6 +159,7 @@ impl GpuCache {
         }
         let lens: Vec<u32> = blocks.lens.iter().map(|&n| n as u32).collect();
         let keys = to_f16_rows("K", &blocks, blocks.keys, kv_heads, head_dim)?;
+        let keys = packs_first(&keys, blocks.block_size, head_dim);
         let values = to_f16_rows("V", &blocks, blocks.values, kv_heads, head_dim)?;
         Ok(Self {
             keys: upload(device, "the cache's keys (f16)", &keys)?,
@@ -200,15 +199,23 @@ impl GpuCache {
         for j in first_new..blocks.lens[seq] {
             let (block, slot) = (table[j / self.block_size], j % self.block_size);
             for g in 0..kv_heads {
-                let row = ((block * kv_heads + g) * self.block_size + slot) * head_dim;
-                let at = (row / head_dim * row_bytes) as u64;
-                for (tensor, buffer, pool) in
-                    [("K", &self.keys, blocks.keys), ("V", &self.values, blocks.values)]
-                {
-                    let values = &pool[row..row + head_dim];
-                    check_token_fits_f16(tensor, values, [seq, g, j])?;
-                    let packed = pack_f16(values, head_dim);
-                    queue.write_buffer(buffer, at, bytemuck::cast_slice(&packed));
+                let head_start = (block * kv_heads + g) * self.block_size;
+                let row = (head_start + slot) * head_dim;
+                let key = &blocks.keys[row..row + head_dim];
+                let value = &blocks.values[row..row + head_dim];
+                check_token_fits_f16("K", key, [seq, g, j])?;
+                check_token_fits_f16("V", value, [seq, g, j])?;
+                let value_at = ((head_start + slot) * row_bytes) as u64;
+                queue.write_buffer(
+                    &self.values,
+                    value_at,
+                    bytemuck::cast_slice(&pack_f16(value, head_dim)),
+                );
+                // The key's packs lie block_size packs apart (see `packs_first`).
+                for (p, pack) in pack_f16(key, head_dim).chunks(4).enumerate() {
+                    let key_at =
+                        ((head_start * row_bytes) + (p * self.block_size + slot) * 16) as u64;
+                    queue.write_buffer(&self.keys, key_at, bytemuck::cast_slice(pack));
                 }
             }
         }
@@ -281,6 +288,25 @@ fn to_f16_rows(
         return Err(first_unrepresentable(tensor, blocks, values, kv_heads, head_dim));
     }
     Ok(pack_f16(values, head_dim))
+}
+
+/// Keys packed by [`pack_f16`], `[blocks, Hkv, block_size, packs]` (a pack is 8 halves, 4
+/// `u32`), reordered to `[blocks, Hkv, packs, block_size]`: within a block, the first pack of
+/// every token, then the second, and so on, as the kernel reads them (a thread per token, so
+/// that neighbouring threads read neighbouring packs; vLLM lays keys out the same way).
+fn packs_first(keys: &[u32], block_size: usize, head_dim: usize) -> Vec<u32> {
+    let packs = padded(head_dim) / 8;
+    let per_head = block_size * packs * 4;
+    let mut reordered = vec![0u32; keys.len()];
+    for (to, from) in reordered.chunks_mut(per_head).zip(keys.chunks(per_head)) {
+        for (slot, token) in from.chunks(packs * 4).enumerate() {
+            for (p, pack) in token.chunks(4).enumerate() {
+                let at = (p * block_size + slot) * 4;
+                to[at..at + 4].copy_from_slice(pack);
+            }
+        }
+    }
+    reordered
 }
 
 /// Rows of `head_dim` f32 as rows of `padded(head_dim)` f16, two to a `u32`, the lower half

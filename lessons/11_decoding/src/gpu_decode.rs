@@ -58,7 +58,7 @@ impl Default for KernelShape {
     /// D = 128, 512 workgroups): 128 threads, 1 key and 8 values loaded at once, 512 scores
     /// (tiles of 128 keys for 4 query heads, 11 KiB of workgroup memory). Against the layout
     /// tuned on an H100 a day before (1024 scores), with the 512 workgroups [`gpu_splits`] aims
-    /// at: 16K tokens in 32 us against 43, 128K in 164 us against 230.
+    /// at: 16K tokens in 32 us against 43, 128K in 159 us against 224.
     fn default() -> Self {
         Self { threads: 128, key_steps: 1, pv_steps: 8, scores: 512 }
     }
@@ -92,9 +92,9 @@ pub const MAX_SPLITS: usize = 1024;
 // ANCHOR: gpu_splits
 /// Workgroups the split kernel aims to launch: enough to give every multiprocessor of a large
 /// GPU several (an H100 has 132), so that while some wait for memory others compute; no more,
-/// as each chunk costs a partial result to write and merge. Measured on an H100 (2026-11-25,
-/// B = 1, 8 K/V heads, the default layout): at 16K tokens 256, 512 and 1024 workgroups take 46,
-/// 42 and 50 us; at 128K tokens 266, 228 and 231 us.
+/// as each chunk costs a partial result to write and merge. Measured on an H200 (2026-11-26,
+/// B = 1, 8 K/V heads, the default layout): at 16K tokens 256, 512 and 1024 workgroups take 40,
+/// 32 and 37 us; at 128K tokens 231, 159 and 165 us.
 pub const TARGET_WORKGROUPS: usize = 512;
 /// The fewest keys worth a chunk: below this, the partial result each chunk writes and the
 /// merge reads (`D` floats) is no longer small against the chunk's `2 D` halves per key.

@@ -124,8 +124,10 @@ show overflow "cargo run -p lesson02 --example overflow" cargo run -p lesson02 -
 show tile_schedule "cargo run -p lesson03 --example tile_schedule" cargo run -p lesson03 --example tile_schedule
 show window_band "cargo run -p reference --example window_band" cargo run -p reference --example window_band
 show io_model "cargo run --release -p lesson04 --example io_model" cargo run -p lesson04 --example io_model
+# The WGSL primer's kernel on whatever adapter there is (lavapipe in CI): exact answers.
+show wgsl_primer "cargo run -p lesson08 --example primer" cargo run -p lesson08 --example primer
 # The decode kernels' time per step split into a fixed part and a read rate, from the GPU
-# benchmark's committed tables (book/src/figures/decode_gpu_b*.csv, measured on an H100).
+# benchmark's committed tables (book/src/figures/decode_gpu_b*.csv, measured on an H200).
 show lesson11_decode_fit "cargo run -p lesson11 --example decode_fit" cargo run -p lesson11 --example decode_fit
 show error_table "cargo run --release -p lesson06 --example error_table" cargo run -p lesson06 --example error_table
 # The lessons, from the course manifest (course.toml); a failure to read it stops the script.

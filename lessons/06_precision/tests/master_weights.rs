@@ -1,6 +1,6 @@
 //! Why mixed-precision training keeps an f32 copy of the weights (Micikevicius et al., *Mixed
-//! Precision Training*, 2018): an update smaller than half the spacing of a 16-bit format at
-//! the weight's size rounds away, every step. The book's chapter "What common material gets
+//! Precision Training*, 2018, for f16; the same holds for bf16): an update of at most half the
+//! spacing of a 16-bit format at the weight's size rounds away, every step. The book's chapter "What common material gets
 //! wrong" shows this test.
 
 use half::{bf16, f16};
@@ -25,5 +25,7 @@ fn updates_below_half_a_16_bit_step_are_lost_without_f32_master_weights() {
     assert_eq!(weight_bf16, bf16::ONE);
     assert!((master - 0.9).abs() < 1e-4, "{master}");
     assert_eq!(f16::from_f32(master).to_f32(), 0.899_902_34); // what the model then computes with
+    // An update above half a step does move an f16 weight, by a whole step (2^-11).
+    assert_eq!(f16::from_f32(1.0 - 3e-4).to_f32(), 1.0 - 2f32.powi(-11));
 }
 // ANCHOR_END: master_weights

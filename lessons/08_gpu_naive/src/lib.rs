@@ -19,6 +19,7 @@ use ndarray::Array4;
 use reference::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape, check_inputs};
 
 pub mod dropout;
+pub mod primer;
 
 /// The WGSL source of the three kernels.
 pub const SHADER: &str = include_str!("naive.wgsl");

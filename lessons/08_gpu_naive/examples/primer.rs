@@ -17,7 +17,7 @@ fn main() -> Result<(), String> {
     let on_gpu = row_maxima(gpu, &matrix).map_err(|e| e.to_string())?;
     println!("row  largest (GPU)  largest (CPU)");
     for (r, row) in matrix.rows().into_iter().enumerate() {
-        let on_cpu = row.iter().copied().fold(f32::MIN, f32::max);
+        let on_cpu = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         println!("{r:3}  {:13}  {on_cpu:13}", on_gpu[r]);
     }
     Ok(())

@@ -74,9 +74,8 @@ impl<'a> Batch<'a> {
         attention: &'a ForwardVersion,
         sequences: usize,
     ) -> Result<Self, ModelError> {
-        let c = &model.config;
-        let cache = KvCache::new(sequences, c.n_head, c.n_positions, c.head_dim())?;
-        Ok(Self { model, attention, caches: vec![cache; c.n_layer], lens: vec![0; sequences] })
+        let caches = model.empty_caches(sequences)?;
+        Ok(Self { model, attention, caches, lens: vec![0; sequences] })
     }
 
     /// Tokens sequence `seq` holds (0 for no such sequence).

@@ -9,6 +9,7 @@ use lesson12::model::{Block, LayerNorm};
 use lesson12::{Gpt2, ModelError, Monitor};
 use reference::ForwardVersion;
 
+use super::solution::check_one_slice_per_sequence;
 use super::{Exercise12, Step, attend, drive};
 use crate::ex12;
 use crate::mutants::{Planted, planted_bugs};
@@ -87,15 +88,9 @@ impl Exercise12 for Planted<ModelBug> {
         sequences: usize,
         steps: &[Vec<Vec<u32>>],
     ) -> Result<Vec<Step>, ModelError> {
-        let c = &model.config;
-        let cache = KvCache::new(sequences, c.n_head, c.n_positions, c.head_dim())?;
-        let batch = PlantedBatch {
-            planted: self,
-            model,
-            attention,
-            caches: vec![cache; c.n_layer],
-            lens: vec![0; sequences],
-        };
+        let caches = model.empty_caches(sequences)?;
+        let batch =
+            PlantedBatch { planted: self, model, attention, caches, lens: vec![0; sequences] };
         Ok(drive(batch, PlantedBatch::feed, PlantedBatch::len, sequences, steps))
     }
 }
@@ -117,13 +112,7 @@ impl PlantedBatch<'_> {
     fn feed(&mut self, tokens: &[&[u32]]) -> Result<Vec<Array2<f32>>, ModelError> {
         use ModelBug::*;
         let model = self.model;
-        if tokens.len() != self.lens.len() {
-            return Err(ModelError::input(
-                "a batch step",
-                format!("tokens for {} sequences", tokens.len()),
-                format!("tokens for each of the batch's {} sequences", self.lens.len()),
-            ));
-        }
+        check_one_slice_per_sequence(tokens.len(), self.lens.len())?;
         if !self.planted.has(LateValidation) {
             for (b, t) in tokens.iter().enumerate().filter(|(_, t)| !t.is_empty()) {
                 model.config.check_tokens(t, self.lens[b])?;

@@ -28,9 +28,8 @@ impl<'a> BatchSession<'a> {
         attention: &'a ForwardVersion,
         sequences: usize,
     ) -> Result<Self, ModelError> {
-        let c = &model.config;
-        let cache = KvCache::new(sequences, c.n_head, c.n_positions, c.head_dim())?;
-        Ok(Self { model, attention, caches: vec![cache; c.n_layer], lens: vec![0; sequences] })
+        let caches = model.empty_caches(sequences)?;
+        Ok(Self { model, attention, caches, lens: vec![0; sequences] })
     }
 
     /// Tokens sequence `seq` holds (0 for no such sequence).
@@ -42,13 +41,7 @@ impl<'a> BatchSession<'a> {
     /// sequence's logits `[n_b, V]`. Everything is checked before anything changes.
     pub fn feed(&mut self, tokens: &[&[u32]]) -> Result<Vec<Array2<f32>>, ModelError> {
         let model = self.model;
-        if tokens.len() != self.lens.len() {
-            return Err(ModelError::input(
-                "a batch step",
-                format!("tokens for {} sequences", tokens.len()),
-                format!("tokens for each of the batch's {} sequences", self.lens.len()),
-            ));
-        }
+        check_one_slice_per_sequence(tokens.len(), self.lens.len())?;
         let fed: Vec<usize> = (0..tokens.len()).filter(|&b| !tokens[b].is_empty()).collect();
         for &b in &fed {
             model.config.check_tokens(tokens[b], self.lens[b])?;
@@ -89,4 +82,20 @@ impl<'a> BatchSession<'a> {
         }
         Ok(out)
     }
+}
+
+/// An error unless a batch step brings one slice of tokens (maybe empty) for each of the
+/// batch's `sequences`.
+pub(super) fn check_one_slice_per_sequence(
+    slices: usize,
+    sequences: usize,
+) -> Result<(), ModelError> {
+    if slices == sequences {
+        return Ok(());
+    }
+    Err(ModelError::input(
+        "a batch step",
+        format!("tokens for {slices} sequences"),
+        format!("tokens for each of the batch's {sequences} sequences"),
+    ))
 }

@@ -304,6 +304,14 @@ impl Gpt2 {
     }
     // ANCHOR_END: forward
 
+    /// One empty lesson 11 cache per layer for `sequences` sequences, room for `n_positions`
+    /// tokens each: where cached generation starts.
+    pub fn empty_caches(&self, sequences: usize) -> Result<Vec<KvCache>, ModelError> {
+        let c = &self.config;
+        let cache = KvCache::new(sequences, c.n_head, c.n_positions, c.head_dim())?;
+        Ok(vec![cache; c.n_layer])
+    }
+
     /// The end of the model: the final LayerNorm of the stream `x [N, C]`, and the logits
     /// `[N, V]`, its dot products with every token's embedding (the tied head).
     pub fn head(&self, x: &Array2<f32>) -> (Array2<f32>, Array2<f32>) {
@@ -465,9 +473,8 @@ pub struct Session<'a> {
 impl<'a> Session<'a> {
     /// An empty sequence: one cache per layer, room for `n_positions` tokens.
     pub fn new(model: &'a Gpt2, attention: &'a Attention) -> Result<Self, ModelError> {
-        let config = &model.config;
-        let cache = KvCache::new(1, config.n_head, config.n_positions, config.head_dim())?;
-        Ok(Self { model, attention, caches: vec![cache; config.n_layer], len: 0, failed: false })
+        let caches = model.empty_caches(1)?;
+        Ok(Self { model, attention, caches, len: 0, failed: false })
     }
 
     /// Tokens so far.

@@ -128,11 +128,13 @@ pub fn time_gpu(
     let mut turns = prepared.iter().cycle();
     let no_time = || GpuError::Lost("a timed launch returned no time".into());
     let once = prepared[0].run(device, queue, Some(timer))?.ok_or_else(no_time)?;
-    let launches = (SAMPLE_SECONDS / once.max(1e-9)).ceil().clamp(1.0, 100.0) as usize;
+    let launches_for = |seconds: f64| (SAMPLE_SECONDS / seconds.max(1e-9)).ceil().clamp(1.0, 100.0);
+    let mut launches = launches_for(once) as usize;
     // Warm-ups: the number asked for, each of `launches` back to back, and (unless none is
     // asked for) as many more as keep the GPU busy for WARM_UP_SECONDS: its clock rises
     // under load over tens of milliseconds.
     let mut busy = 0.0;
+    let mut fastest_launch = once;
     for warmed in 0.. {
         let asked_for_done =
             warmed >= repeats.warmups && (repeats.warmups == 0 || busy >= WARM_UP_SECONDS);
@@ -141,8 +143,14 @@ pub fn time_gpu(
             break;
         }
         let run = turns.next().expect("cycling over a non-empty list");
-        busy += run.run_repeated(device, queue, Some(timer), launches)?.ok_or_else(no_time)?;
+        let time = run.run_repeated(device, queue, Some(timer), launches)?.ok_or_else(no_time)?;
+        busy += time;
+        fastest_launch = fastest_launch.min(time / launches as f64);
     }
+    // The first launch can run at an idle clock, several times slower than a warm one; sized
+    // from it, every sample would be a few launches too short to keep the clock up. The
+    // samples are sized from the fastest warm launch instead.
+    launches = launches_for(fastest_launch) as usize;
     let mut seconds = Vec::with_capacity(repeats.timed);
     let mut timed = 0.0;
     for run in turns.take(repeats.timed) {

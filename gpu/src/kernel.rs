@@ -200,6 +200,25 @@ pub fn bindings_used(source: &str, entry: &str) -> Result<Vec<u32>, AttentionErr
         .collect())
 }
 
+/// Bytes of workgroup memory that the WGSL `source` declares (every `var<workgroup>`, at
+/// naga's size of its type). The hosts that choose tiles compute the same number from the
+/// tile sizes to pick a shape that fits a device; tests compare the two.
+pub fn workgroup_memory_bytes(source: &str) -> Result<usize, AttentionError> {
+    let module = naga::front::wgsl::parse_str(source).map_err(|e| {
+        GpuError::Shader(format!("the shader does not parse: {}", e.emit_to_string(source)))
+    })?;
+    let mut layouter = naga::proc::Layouter::default();
+    layouter
+        .update(module.to_ctx())
+        .map_err(|e| GpuError::Shader(format!("the shader's types have no layout: {e}")))?;
+    Ok(module
+        .global_variables
+        .iter()
+        .filter(|(_, global)| global.space == naga::AddressSpace::WorkGroup)
+        .map(|(_, global)| layouter[global.ty].size as usize)
+        .sum())
+}
+
 /// Binds each `(binding, buffer)` pair to `@group(0) @binding(binding)` of `pipeline`. Only
 /// the bindings the entry point uses may be given (wgpu derives the layout from the shader).
 pub fn bind(

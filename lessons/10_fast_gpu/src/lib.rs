@@ -675,16 +675,33 @@ impl ArenaTiles {
     }
 
     /// Bytes of workgroup memory at `head_dim` (a multiple of 16), as the shader declares it:
-    /// the f16 arena (Q where it is kept, K, V and P; at least Q's size), S in f32, a rescale
-    /// factor per row and the flag.
+    /// the f16 arena (Q where it is kept, K, V and P; at least one pass of Q, see
+    /// [`ArenaTiles::query_passes`]), S in f32, a rescale factor per row and the flag.
     pub fn workgroup_bytes(&self, head_dim: usize) -> usize {
         let (rows, keys) = (self.block_q(), self.block_kv);
         let lanes_per_row = 32 / (16 * self.row_tiles);
         let (kv_stride, p_stride) = (head_dim / 4 + 2, keys / 4 + 2);
         let s_stride = keys / 4 + lanes_per_row;
         let q_kept = if self.q_in_registers { 0 } else { rows * kv_stride };
-        let arena = (q_kept + 2 * keys * kv_stride + rows * p_stride).max(rows * kv_stride);
+        let (_, pass_subgroups) = self.query_passes(head_dim);
+        let pass_rows = pass_subgroups * 16 * self.row_tiles;
+        let arena = (q_kept + 2 * keys * kv_stride + rows * p_stride).max(pass_rows * kv_stride);
         arena * 8 + rows * s_stride * 16 + rows * 4 + 16
+    }
+
+    /// How Q reaches its registers: `(passes, subgroups per pass)`. With Q in registers, Q
+    /// passes through the arena as many subgroups' rows at a time as fit where K, V and P will
+    /// be (at least one); kept in the arena, it is staged once.
+    pub fn query_passes(&self, head_dim: usize) -> (usize, usize) {
+        let kv_stride = head_dim / 4 + 2;
+        let kvp = 2 * self.block_kv * kv_stride + self.block_q() * (self.block_kv / 4 + 2);
+        let subgroup_rows = 16 * self.row_tiles;
+        let per_pass = if self.q_in_registers {
+            (kvp / (subgroup_rows * kv_stride)).clamp(1, self.subgroups)
+        } else {
+            self.subgroups
+        };
+        (self.subgroups.div_ceil(per_pass), per_pass)
     }
 
     /// Whether version 8 accepts these tiles at `head_dim` (a multiple of 16).
@@ -769,7 +786,7 @@ impl ArenaTiles {
         if head_dim <= 64 {
             vec![tiles(8, 1, 32), tiles(4, 1, 16)]
         } else if head_dim <= 128 {
-            vec![tiles(8, 1, 16), tiles(4, 1, 16)]
+            vec![tiles(8, 1, 32), tiles(8, 1, 16), tiles(4, 1, 16)]
         } else {
             vec![tiles(4, 1, 16)]
         }

@@ -13,10 +13,14 @@
 // - LOAD_AT says when each thread reads its share of the next K and V tiles from global
 //   memory: 2, a whole tile ahead (version 6); 1, at the start of the products that precede
 //   their staging; 0, right where they are staged (no registers held across the products).
+// - Q passes through the arena in as many passes as it needs to fit where K, V and P will be
+//   (PASS_SUBGROUPS), so the arena is sized for the loop, not for Q.
 //
 // Measured on an H100 (2026-11-25, N = 16384; the chapter's tables): 8 subgroups of 16 rows,
 // Q in registers, K and V read where they are staged, 142 TFLOP/s at D = 64 (32 keys per
-// tile), 1.39 times version 6 in the same run, and 142 at D = 128 (16 keys).
+// tile), 1.39 times version 6 in the same run, and 142 at D = 128 (16 keys: with Q staged
+// whole, 32 keys did not fit in 48 KiB). Staged in passes, Q lets 32 keys fit at D = 128:
+// 151 against 147 TFLOP/s with 16 keys, 133 against 127 at N = 4096 (an H200, 2026-11-26).
 //
 // The loop is version 6's:
 //
@@ -43,6 +47,7 @@ const SUBGROUP_ROWS: u32 = 16u * ROW_TILES;
 const BLOCK_Q: u32 = SUBGROUP_ROWS * SUBGROUPS;
 const FRAGMENTS: u32 = HEAD_DIM / 16u;            // 16-wide slices of the head dimension
 const KEY_BLOCKS: u32 = BLOCK_KV / 16u;           // 16-key slices of a tile
+const O_FRAGMENTS: u32 = ROW_TILES * FRAGMENTS;   // a subgroup's fragments of O (or of Q)
 const CHUNKS: u32 = HEAD_DIM / 4u;                // vec4s per row
 const LANES_PER_ROW: u32 = LANES / SUBGROUP_ROWS; // 2, or 1 with ROW_TILES = 2
 const ROW_PART: u32 = BLOCK_KV / 4u / LANES_PER_ROW; // vec4s of a row of S per lane
@@ -62,13 +67,20 @@ const S_STRIDE: u32 = BLOCK_KV / 4u + LANES_PER_ROW;
 const P_STRIDE: u32 = BLOCK_KV / 4u + 2u;
 
 // The arena, in vec4<f16>s: [Q (kept only when Q_IN_REGISTERS = 0) | K | V | P]. With Q in
-// registers, Q passes through the start of the arena before the loop. Every offset is an even
-// number of vec4<f16>s, so every row starts on the 16-byte grid (see version 2).
+// registers, Q passes through the start of the arena before the loop, as many subgroups' rows
+// at a time as fit where K, V and P will be (all of them in one pass at D = 64; at D = 128 the
+// workgroup's Q would need more room than K, V and P: 34 KiB of 48 with 8 subgroups). Every
+// offset is an even number of vec4<f16>s, so every row starts on the 16-byte grid (see
+// version 2).
 const Q_KEPT: u32 = select(0u, BLOCK_Q * KV_STRIDE, Q_IN_REGISTERS == 0u);
 const K_AT: u32 = Q_KEPT;
 const V_AT: u32 = K_AT + BLOCK_KV * KV_STRIDE;
 const P_AT: u32 = V_AT + BLOCK_KV * KV_STRIDE;
-const ARENA: u32 = max(P_AT + BLOCK_Q * P_STRIDE, BLOCK_Q * KV_STRIDE);
+const KVP: u32 = 2u * BLOCK_KV * KV_STRIDE + BLOCK_Q * P_STRIDE;   // K, V and P together
+const PASS_SUBGROUPS: u32 = select(clamp(KVP / (SUBGROUP_ROWS * KV_STRIDE), 1u, SUBGROUPS), SUBGROUPS, Q_IN_REGISTERS == 0u);
+const PASS_ROWS: u32 = PASS_SUBGROUPS * SUBGROUP_ROWS;            // rows of Q staged per pass
+const Q_PASSES: u32 = (SUBGROUPS + PASS_SUBGROUPS - 1u) / PASS_SUBGROUPS;
+const ARENA: u32 = max(P_AT + BLOCK_Q * P_STRIDE, PASS_ROWS * KV_STRIDE);
 
 struct Params {
     slices: u32,    // B * H
@@ -144,13 +156,15 @@ fn stash(staged: array<vec4<f16>, STAGED>, at: u32, thread: u32) {
     }
 }
 
-// The workgroup's BLOCK_Q rows of Q into the start of the arena, zeros past Nq.
-fn stage_queries(slice: u32, q_start: u32, thread: u32) {
-    for (var e = thread; e < BLOCK_Q * CHUNKS; e += THREADS) {
+// Rows [first, first + PASS_ROWS) of the workgroup's rows of Q into the start of the arena,
+// zeros past Nq (rows past BLOCK_Q belong to the next workgroup: not staged).
+fn stage_queries(slice: u32, q_start: u32, first: u32, thread: u32) {
+    for (var e = thread; e < PASS_ROWS * CHUNKS; e += THREADS) {
         let row = e / CHUNKS;
+        let q_row = q_start + first + row;
         var x = vec4<f16>(0.0h);
-        if q_start + row < params.q_len {
-            x = q[(slice * params.q_len + q_start + row) * CHUNKS + e % CHUNKS];
+        if first + row < BLOCK_Q && q_row < params.q_len {
+            x = q[(slice * params.q_len + q_row) * CHUNKS + e % CHUNKS];
         }
         arena[row * KV_STRIDE + e % CHUNKS] = x;
     }
@@ -177,23 +191,38 @@ fn flash_forward(
     let part = lane % LANES_PER_ROW;                  // and which vec4s of it: every other
     let row_keys = visible_keys(q_start + my_row);
 
-    // Q into the arena; with Q_IN_REGISTERS, its fragments into registers for the whole loop.
-    stage_queries(slice, q_start, thread);
     if thread == 0u {
         atomicStore(&rescale_flag[0], 0u);
     }
-    workgroupBarrier();
     var q_frag: array<coop_mat16x16<f16, A>, ROW_TILES * FRAGMENTS>;
     var o_frag: array<coop_mat16x16<f32, C>, ROW_TILES * FRAGMENTS>;
     // unroll
-    for (var r = 0u; r < ROW_TILES; r++) {
-        // unroll
-        for (var f = 0u; f < FRAGMENTS; f++) {
-            if Q_IN_REGISTERS == 1u {
-                let at = (first_row + 16u * r) * KV_STRIDE + f * 4u;
-                q_frag[r * FRAGMENTS + f] = coopLoadT<coop_mat16x16<f16, A>>(&arena[at], KV_STRIDE);
+    for (var f = 0u; f < O_FRAGMENTS; f++) {
+        o_frag[f] = coop_mat16x16<f32, C>();
+    }
+    // Q into the arena, PASS_ROWS rows at a time; with Q_IN_REGISTERS, each subgroup takes its
+    // fragments into registers for the whole loop in the pass that holds its rows. Every
+    // subgroup loads in every pass (cooperative-matrix loads must stay in uniform control
+    // flow) and keeps only its own.
+    for (var q_pass = 0u; q_pass < Q_PASSES; q_pass++) {
+        let pass_first = q_pass * PASS_ROWS;
+        stage_queries(slice, q_start, pass_first, thread);
+        workgroupBarrier();
+        if Q_IN_REGISTERS == 1u {
+            let mine = first_row >= pass_first && first_row < pass_first + PASS_ROWS;
+            let local_row = select(0u, first_row - pass_first, mine);
+            // unroll
+            for (var r = 0u; r < ROW_TILES; r++) {
+                // unroll
+                for (var f = 0u; f < FRAGMENTS; f++) {
+                    let at = (local_row + 16u * r) * KV_STRIDE + f * 4u;
+                    let fragment = coopLoadT<coop_mat16x16<f16, A>>(&arena[at], KV_STRIDE);
+                    if mine {
+                        q_frag[r * FRAGMENTS + f] = fragment;
+                    }
+                }
             }
-            o_frag[r * FRAGMENTS + f] = coop_mat16x16<f32, C>();
+            workgroupBarrier();              // read before the next pass, K, V and P reuse it
         }
     }
 
@@ -207,9 +236,6 @@ fn flash_forward(
     // Q passed through it); with LOAD_AT = 2, K of tile 1 and V of tile 0 on their way.
     var k_next = fetch(true, slice, 0u, thread);
     var v_next: array<vec4<f16>, STAGED>;
-    if Q_IN_REGISTERS == 1u {
-        workgroupBarrier();                  // Q's fragments are read: the arena is free
-    }
     for (var e = thread; e < BLOCK_Q * P_STRIDE; e += THREADS) {
         arena[P_AT + e] = vec4<f16>(0.0h);
     }

@@ -3,7 +3,7 @@
 //! SPIR-V, and every barrier is in uniform control flow. No GPU needed, so a shape that would
 //! only fail on a lent GPU with tensor cores fails here, in CI, first.
 
-use gpu::kernel::{Checks, spirv};
+use gpu::kernel::{Checks, spirv, workgroup_memory_bytes};
 use lesson10::{
     ArenaTiles, F32Tiles, LeaveOut, PipelinedTiles, SpecialisedTiles, V4_SPECIALISED, V5_PIPELINED,
     specialise,
@@ -46,6 +46,18 @@ fn every_tile_shape_compiles_at_every_head_dim() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Version 8's host picks tiles by the workgroup memory it computes from their sizes: that
+/// number must be what the shader declares, or a shape that does not fit would be launched.
+#[test]
+fn version_8_workgroup_memory_is_what_the_shader_declares() {
+    for head_dim in (16..=256).step_by(16) {
+        for tiles in ArenaTiles::tried(head_dim) {
+            let declared = workgroup_memory_bytes(&tiles.source(head_dim).unwrap()).unwrap();
+            assert_eq!(tiles.workgroup_bytes(head_dim), declared, "{tiles:?} at D={head_dim}");
+        }
+    }
 }
 
 #[test]

@@ -162,6 +162,11 @@ if $timings; then
     # from run to run, so it is not part of --check).
     cargo run -p grader --features gpu --example gpu_planted_bugs >"$out/gpu_mutants.md"
 fi
+# The book's diagrams (the diagrams crate), drawn from the lessons' code and from the
+# measurements above; `cargo test -p diagrams` fails when a committed drawing is stale.
+if ! $check; then
+    cargo run -q -p diagrams
+fi
 # generated/lesson10_*.txt need a GPU with tensor cores (measured on an NVIDIA H100); each
 # file's first line is the command that made it (release binaries built here, run there with
 # PyTorch for the peer). lesson10_sass*.txt need no GPU once `shader_stats --out stats` has

@@ -137,6 +137,12 @@ for package in $lessons; do
     show "${package}_tests" "cargo test -p $package" test_list "$package"
 done
 
+# The learning path's table on the first page, from course.toml and the chapters' lengths
+# (`cargo test -p course` fails when the committed one is stale).
+if ! $check; then
+    cargo run -q --locked -p course -- path >"$out/learning_path.md"
+fi
+
 show grade_stub "cargo grade ex01" grade_fresh ex01
 show planted_bug "cargo run -p grader --example planted_bug" cargo run -p grader --example planted_bug
 show self_check "cargo grade --self-check" cargo grade --self-check

@@ -27,6 +27,8 @@ pub struct Lesson {
     pub exercise: Option<Exercise>,
     /// Whether its tests and its exercise need a GPU adapter.
     pub gpu: bool,
+    /// The numbers of the earlier lessons whose ideas it builds on.
+    pub needs: Vec<String>,
 }
 
 /// A lesson's exercise.
@@ -109,8 +111,8 @@ pub fn parse(text: &str) -> Result<Vec<Lesson>, ManifestError> {
     Ok(lessons)
 }
 
-const KEYS: [&str; 8] =
-    ["number", "folder", "package", "title", "part", "exercise", "topic", "gpu"];
+const KEYS: [&str; 9] =
+    ["number", "folder", "package", "title", "part", "exercise", "topic", "gpu", "needs"];
 
 fn lesson(index: usize, entry: &toml::Value) -> Result<Lesson, ManifestError> {
     let place = format!("[[lesson]] number {}", index + 1);
@@ -136,6 +138,19 @@ fn lesson(index: usize, entry: &toml::Value) -> Result<Lesson, ManifestError> {
         Some(toml::Value::Boolean(b)) => *b,
         _ => return Err(ManifestError(format!("{place}: `gpu` must be true or false"))),
     };
+    let earlier = |n: &str| n.len() == 2 && n.parse::<usize>().is_ok_and(|n| n >= 1 && n <= index);
+    let needs = match table.get("needs") {
+        Some(toml::Value::Array(items)) => items
+            .iter()
+            .map(|item| match item.as_str() {
+                Some(n) if earlier(n) => Ok(n.to_string()),
+                _ => Err(ManifestError(format!(
+                    "{place}: `needs` holds {item:?}; expected the two-digit numbers of earlier lessons"
+                ))),
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        _ => return Err(ManifestError(format!("{place}: `needs` must be a list of lesson numbers"))),
+    };
     Ok(Lesson {
         number: text("number")?,
         folder: text("folder")?,
@@ -144,14 +159,142 @@ fn lesson(index: usize, entry: &toml::Value) -> Result<Lesson, ManifestError> {
         part: text("part")?,
         exercise,
         gpu,
+        needs,
     })
+}
+
+/// Words a minute at which the learning path counts a chapter's prose read (careful reading of
+/// technical text, formulas included).
+pub const READING_WORDS_PER_MINUTE: usize = 120;
+
+/// Lines of code a minute at which it counts the code a chapter shows read.
+pub const CODE_LINES_PER_MINUTE: usize = 10;
+
+/// What a chapter asks its reader to read: the words of its prose and the lines of source code
+/// it shows (its own code blocks and the source files it includes; not the command outputs
+/// under `generated/`, which are skimmed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reading {
+    /// Words outside code blocks.
+    pub words: usize,
+    /// Lines of code shown.
+    pub code_lines: usize,
+}
+
+impl Reading {
+    /// The chapter `markdown`, whose `{{#include}}` paths are relative to `book_src`.
+    pub fn of(markdown: &str, book_src: &std::path::Path) -> Result<Self, String> {
+        let mut reading = Reading { words: 0, code_lines: 0 };
+        let mut in_code = false;
+        for line in markdown.lines() {
+            if line.trim_start().starts_with("```") {
+                in_code = !in_code;
+            } else if let Some(include) = line.trim().strip_prefix("{{#include ") {
+                let target = include.trim_end_matches("}}").trim();
+                if !target.starts_with("generated/") {
+                    reading.code_lines += included_lines(book_src, target)?;
+                }
+            } else if in_code {
+                reading.code_lines += 1;
+            } else {
+                reading.words += line.split_whitespace().count();
+            }
+        }
+        Ok(reading)
+    }
+
+    /// Minutes to read it, to the nearest 5 (at least 5).
+    pub fn minutes(&self) -> usize {
+        let minutes = self.words as f64 / READING_WORDS_PER_MINUTE as f64
+            + self.code_lines as f64 / CODE_LINES_PER_MINUTE as f64;
+        ((minutes / 5.0).round() as usize).max(1) * 5
+    }
+}
+
+/// The number of lines that `{{#include target}}` shows: a whole file, or with `path:anchor`
+/// the lines between `ANCHOR: anchor` and `ANCHOR_END: anchor` (mdBook's anchors).
+fn included_lines(book_src: &std::path::Path, target: &str) -> Result<usize, String> {
+    let (file, anchor) = match target.rsplit_once(':') {
+        Some((file, anchor)) if !anchor.contains('/') => (file, Some(anchor)),
+        _ => (target, None),
+    };
+    let path = book_src.join(file);
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let Some(anchor) = anchor else { return Ok(text.lines().count()) };
+    let start = format!("ANCHOR: {anchor}");
+    let end = format!("ANCHOR_END: {anchor}");
+    let lines: Vec<&str> = text.lines().collect();
+    let first = lines.iter().position(|l| l.trim_end().ends_with(&start));
+    let last = lines.iter().position(|l| l.trim_end().ends_with(&end));
+    match (first, last) {
+        (Some(first), Some(last)) if first < last => {
+            Ok(lines[first + 1..last].iter().filter(|l| !l.contains("ANCHOR")).count())
+        }
+        _ => Err(format!("{}: no anchor `{anchor}`", path.display())),
+    }
+}
+
+/// An exercise's expected time, from its README: the sentence that starts `Time:`, and
+/// whether a maintainer has checked it by doing the task from the README (the README says so
+/// in the same paragraph, starting `(A maintainer`).
+pub fn exercise_time(readme: &str) -> Option<(String, bool)> {
+    let start = readme.find("\nTime: ")? + "\nTime: ".len();
+    let paragraph = readme[start..].split("\n\n").next().unwrap_or("");
+    let paragraph = paragraph.split_whitespace().collect::<Vec<_>>().join(" ");
+    let sentence = paragraph.split(". ").next().unwrap_or(&paragraph).trim_end_matches('.');
+    Some((format!("{sentence}."), paragraph.contains("(A maintainer")))
+}
+
+/// The learning path's table, in Markdown: each lesson's chapter, the lessons it builds on,
+/// the time to read its chapter (from `root`'s book/src), its exercise and the time that is
+/// expected to take (from the exercise's README).
+pub fn learning_path(lessons: &[Lesson], root: &std::path::Path) -> Result<String, String> {
+    let book_src = root.join("book/src");
+    let mut table = String::from(
+        "| | chapter | builds on | reading | exercise | its time (README) |\n|---|---|---|---|---|---|\n",
+    );
+    let mut total_minutes = 0;
+    let read = |path: std::path::PathBuf| {
+        std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))
+    };
+    for lesson in lessons {
+        let minutes = Reading::of(&read(book_src.join(lesson.chapter()))?, &book_src)?.minutes();
+        total_minutes += minutes;
+        let needs = if lesson.needs.is_empty() {
+            "(nothing)".to_string()
+        } else {
+            lesson.needs.iter().map(|n| n.trim_start_matches('0')).collect::<Vec<_>>().join(", ")
+        };
+        let (exercise, time) = match &lesson.exercise {
+            None => ("none yet".to_string(), String::new()),
+            Some(e) => {
+                let readme = root.join(lesson.exercise_folder()).join("README.md");
+                let (time, checked) = exercise_time(&read(readme.clone())?).ok_or_else(|| {
+                    format!("{}: no paragraph starting `Time: `", readme.display())
+                })?;
+                let check = if checked { " Checked by a maintainer." } else { " Not yet checked." };
+                (format!("`cargo grade {}`: {}", e.package, e.topic), format!("{time}{check}"))
+            }
+        };
+        table.push_str(&format!(
+            "| {} | [{}]({}) | {needs} | {minutes} min | {exercise} | {time} |\n",
+            lesson.number.trim_start_matches('0'),
+            lesson.title,
+            lesson.chapter(),
+        ));
+    }
+    table.push_str(&format!(
+        "\nReading all the chapters: about {} hours.\n",
+        total_minutes.div_ceil(60)
+    ));
+    Ok(table)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const ONE: &str = "[[lesson]]\nnumber = \"01\"\nfolder = \"01_x\"\npackage = \"lesson01\"\ntitle = \"X\"\npart = \"CPU\"\nexercise = \"ex01\"\ntopic = \"x\"\ngpu = false\n";
+    const ONE: &str = "[[lesson]]\nnumber = \"01\"\nfolder = \"01_x\"\npackage = \"lesson01\"\ntitle = \"X\"\npart = \"CPU\"\nexercise = \"ex01\"\ntopic = \"x\"\ngpu = false\nneeds = []\n";
 
     #[test]
     fn the_manifest_of_the_repository_parses() {
@@ -162,6 +305,43 @@ mod tests {
     }
 
     #[test]
+    fn reading_counts_prose_code_and_included_source_but_not_outputs() {
+        let dir = std::env::temp_dir().join(format!("course-reading-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("generated")).unwrap();
+        std::fs::write(
+            dir.join("a.rs"),
+            "// ANCHOR: f\nfn f() {\n}\n// ANCHOR_END: f\nfn g() {}\n",
+        )
+        .unwrap();
+        std::fs::write(dir.join("generated/out.txt"), "1\n2\n3\n").unwrap();
+        let chapter = "one two three\n```rust\nlet shown = 1;\n{{#include a.rs:f}}\n```\n\
+                       ```text\n{{#include generated/out.txt}}\n```\n{{#include a.rs}}\nfour five\n";
+        let reading = Reading::of(chapter, &dir).unwrap();
+        assert_eq!(reading, Reading { words: 5, code_lines: 1 + 2 + 5 });
+        let err = Reading::of("{{#include a.rs:nope}}", &dir).unwrap_err();
+        assert!(err.contains("no anchor `nope`"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(Reading { words: 0, code_lines: 0 }.minutes(), 5);
+        assert_eq!(Reading { words: 120 * 12, code_lines: 0 }.minutes(), 10);
+        assert_eq!(Reading { words: 120 * 10, code_lines: 30 }.minutes(), 15);
+    }
+
+    #[test]
+    fn an_exercise_time_is_its_readme_s_first_sentence_after_time() {
+        let readme = "# Ex\n\nTime: about an hour for the warm-up\nand 45 minutes for `f`. (A maintainer\nwrote it.)\n\nMore.\n";
+        assert_eq!(
+            exercise_time(readme),
+            Some(("about an hour for the warm-up and 45 minutes for `f`.".to_string(), true))
+        );
+        assert_eq!(exercise_time("Time: about an hour.\n"), None, "not at a line start after text");
+        assert_eq!(
+            exercise_time("x\nTime: about an hour.\n"),
+            Some(("about an hour.".into(), false))
+        );
+        assert_eq!(exercise_time("no time here"), None);
+    }
+
+    #[test]
     fn mistakes_are_named() {
         let cases = [
             (ONE.replace("gpu = false", "gpu = \"no\""), "`gpu` must be true or false"),
@@ -169,6 +349,11 @@ mod tests {
             (ONE.replace("number = \"01\"", "number = \"02\""), "lesson 02 is listed in place 01"),
             (ONE.replace("folder = \"01_x\"", "folder = \"x\""), "should start with `01_`"),
             (ONE.replace("topic", "topik"), "unknown key `topik`"),
+            (
+                ONE.replace("needs = []", "needs = [\"01\"]"),
+                "expected the two-digit numbers of earlier lessons",
+            ),
+            (ONE.replace("needs = []", "needs = \"00\""), "`needs` must be a list"),
             ("[lesson]\nnumber = 1\n".to_string(), "no [[lesson]] tables"),
             ("x = 1\n".to_string(), "unknown key `x`"),
             ("[[lesson]\n".to_string(), "course.toml:"),

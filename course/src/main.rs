@@ -4,6 +4,8 @@
 //! ```text
 //! list lessons      the lesson packages, in course order
 //! list exercises    the exercise packages, in course order
+//! path              the learning path's table (Markdown): reading times from book/src,
+//!                   exercise times from each exercise's README
 //! ```
 
 use std::process::ExitCode;
@@ -16,8 +18,21 @@ fn main() -> ExitCode {
         ["list", "exercises"] => {
             lessons.iter().filter_map(|l| l.exercise.as_ref()).map(|e| e.package.as_str()).collect()
         }
+        ["path"] => {
+            let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+            return match course::learning_path(&lessons, &root) {
+                Ok(table) => {
+                    print!("{table}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
         _ => {
-            eprintln!("usage: cargo run -q -p course -- list lessons|exercises");
+            eprintln!("usage: cargo run -q -p course -- list lessons|exercises, or path");
             return ExitCode::from(2);
         }
     };

@@ -158,3 +158,15 @@ fn gpu_lessons_and_exercises_and_only_they_build_the_gpu_code() {
         assert!(!writes_gpu || lesson.gpu, "{}: GPU code for a CPU lesson", listed.package);
     }
 }
+
+#[test]
+fn the_learning_path_in_the_book_is_current() {
+    let drawn = course::learning_path(&course::lessons(), &root()).unwrap();
+    let committed = read("book/src/generated/learning_path.md");
+    assert!(
+        committed == drawn,
+        "book/src/generated/learning_path.md is stale (a chapter's length or course.toml \
+         changed): run `cargo run -q -p course -- path > book/src/generated/learning_path.md` \
+         or bash book/generate.sh"
+    );
+}

@@ -3,7 +3,8 @@
 //! `visible_band`, the rescale and the split-KV merge show numbers computed by lesson 02's
 //! `SoftmaxState` and lesson 11's `chunk`, the workgroups have the tiles lessons 09 and 10
 //! choose, and the memory hierarchy shows the rates the course measured (read from the
-//! benchmark outputs under `book/src/generated/`).
+//! benchmark outputs under `book/src/generated/`), and the course map has the lessons, their
+//! prerequisites and exercise times of course.toml.
 //!
 //! `cargo run -p diagrams` writes them to `book/src/figures/diagrams/` (book/generate.sh runs
 //! it); a test fails when a committed drawing differs from what the code draws now.
@@ -12,6 +13,7 @@ pub mod svg;
 
 mod algorithm;
 mod gpu;
+mod map;
 
 use std::path::Path;
 
@@ -27,6 +29,7 @@ pub struct Diagram {
 /// give the memory hierarchy its measured rates.
 pub fn all(generated: &Path) -> Result<Vec<Diagram>, String> {
     Ok(vec![
+        Diagram { name: "course_map", svg: map::course_map() },
         Diagram { name: "memory_hierarchy", svg: gpu::memory_hierarchy(generated)? },
         Diagram { name: "tiles_one_step", svg: algorithm::tiles_one_step() },
         Diagram { name: "online_rescale", svg: algorithm::online_rescale() },

@@ -87,7 +87,8 @@ def open_page(chromium, url, extra):
 def main():
     book = Path(sys.argv[1] if len(sys.argv) > 1 else "book/book")
     shots = Path(sys.argv[2] if len(sys.argv) > 2 else "target/book-screenshots")
-    pages = sorted(p.name for p in book.glob("*.html") if p.name not in {"print.html", "toc.html", "404.html"})
+    pages = sorted(str(p.relative_to(book)) for p in book.rglob("*.html")
+                   if p.name not in {"print.html", "toc.html", "404.html"})
     if "introduction.html" not in pages:
         sys.exit(f"{book}: no built book here (run `mdbook build book` first)")
     chromium = browser()

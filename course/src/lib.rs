@@ -40,6 +40,13 @@ pub struct Exercise {
     pub topic: String,
 }
 
+impl Exercise {
+    /// Its page in the book, under book/src: `exercises/ex03.md`, which shows its README.
+    pub fn book_page(&self) -> String {
+        format!("exercises/{}.md", self.package)
+    }
+}
+
 impl Lesson {
     /// `exercises/<folder>`.
     pub fn exercise_folder(&self) -> String {
@@ -273,7 +280,11 @@ pub fn learning_path(lessons: &[Lesson], root: &std::path::Path) -> Result<Strin
                     format!("{}: no paragraph starting `Time: `", readme.display())
                 })?;
                 let check = if checked { " Checked by a maintainer." } else { " Not yet checked." };
-                (format!("`cargo grade {}`: {}", e.package, e.topic), format!("{time}{check}"))
+                let page = format!("[{}]({})", e.package, e.book_page());
+                (
+                    format!("{page}: {}; `cargo grade {}`", e.topic, e.package),
+                    format!("{time}{check}"),
+                )
             }
         };
         table.push_str(&format!(

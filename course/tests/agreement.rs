@@ -170,3 +170,22 @@ fn the_learning_path_in_the_book_is_current() {
          or bash book/generate.sh"
     );
 }
+
+#[test]
+fn every_exercise_has_a_book_page_that_shows_its_readme_and_its_chapter_links_to_it() {
+    let summary = read("book/src/SUMMARY.md");
+    for lesson in lessons() {
+        let Some(exercise) = &lesson.exercise else { continue };
+        let page = exercise.book_page();
+        let text = read(&format!("book/src/{page}"));
+        let include = format!("{{{{#include ../../../{}/README.md}}}}", lesson.exercise_folder());
+        assert!(text.contains(&include), "book/src/{page} does not show its README: {include}");
+        assert!(summary.contains(&format!("]({page})")), "SUMMARY.md does not list {page}");
+        let chapter = read(&format!("book/src/{}", lesson.chapter()));
+        assert!(
+            chapter.contains(&format!("]({page})")),
+            "{} does not link to {page}",
+            lesson.chapter()
+        );
+    }
+}

@@ -171,7 +171,7 @@ fi
 # The book's diagrams (the diagrams crate), drawn from the lessons' code and from the
 # measurements above; `cargo test -p diagrams` fails when a committed drawing is stale.
 if ! $check; then
-    cargo run -q -p diagrams
+    cargo run -q --locked -p diagrams
 fi
 # generated/lesson10_*.txt need a GPU with tensor cores (measured on an NVIDIA H100); each
 # file's first line is the command that made it (release binaries built here, run there with

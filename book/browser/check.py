@@ -18,6 +18,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -25,7 +26,8 @@ KEY_PAGES = ["introduction.html", "03_tiled_forward.html", "10_fast_gpu.html", "
 BROWSER_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
                  "--enable-logging=stderr", "--v=0", "--virtual-time-budget=5000"]
 # TeX that KaTeX should have turned into MathML: a $...$ or $$...$$ span, or a command.
-RAW_TEX = re.compile(r"\$\$|\$[^$\s][^$]*?\$|\\(frac|mathrm|sum|sqrt|le|ge|cdot|infty|exp|ln|max)\b")
+RAW_TEX = re.compile(r"\$\$|\$[^$\s][^$]*?\$|\\(frac|mathrm|sum|sqrt|le|ge|cdot|infty|exp|ln|max|"
+                     r"ast|top|mathrel|left|right|alpha|beta|lambda|qquad|quad|big|textstyle)\b")
 
 
 class Server(http.server.ThreadingHTTPServer):
@@ -78,10 +80,25 @@ def browser():
 
 
 def open_page(chromium, url, extra):
-    run = subprocess.run([chromium, *BROWSER_FLAGS, *extra, url],
-                         capture_output=True, text=True, timeout=120)
+    """The page's DOM after its scripts ran (with --dump-dom), and its console messages."""
+    with tempfile.TemporaryDirectory() as profile:
+        try:
+            run = subprocess.run([chromium, *BROWSER_FLAGS, f"--user-data-dir={profile}", *extra, url],
+                                 capture_output=True, text=True, timeout=120)
+        except subprocess.TimeoutExpired:
+            return "", [f"{url}: the browser did not finish within 120 s"]
     console = [line for line in run.stderr.splitlines() if ":CONSOLE" in line]
     return run.stdout, console
+
+
+def console_is_captured(chromium):
+    """Whether this Chromium reports console messages where open_page looks for them: a page
+    that logs one must show it, or the check would pass whatever the book's pages log."""
+    with tempfile.TemporaryDirectory() as folder:
+        page = Path(folder) / "control.html"
+        page.write_text("<html><body><script>console.error('control')</script></body></html>")
+        _, console = open_page(chromium, page.as_uri(), ["--dump-dom"])
+    return any("control" in line for line in console)
 
 
 def main():
@@ -92,6 +109,12 @@ def main():
     if "introduction.html" not in pages:
         sys.exit(f"{book}: no built book here (run `mdbook build book` first)")
     chromium = browser()
+    if not console_is_captured(chromium):
+        sys.exit(f"{chromium} reported no console message for a page that logs one: this check "
+                 "cannot see console errors with it")
+    missing_key_pages = [page for page in KEY_PAGES if page not in pages]
+    if missing_key_pages:
+        sys.exit(f"{book}: no {', '.join(missing_key_pages)} to take screenshots of")
     shots.mkdir(parents=True, exist_ok=True)
     server = Server(book)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -114,6 +137,7 @@ def main():
         print(f"{page}: {images} images, {len(dom)} bytes of page")
     for page in KEY_PAGES:
         out = shots / page.replace(".html", ".png")
+        out.unlink(missing_ok=True)
         open_page(chromium, base + page, [f"--screenshot={out.resolve()}", "--window-size=1280,2400"])
         if not out.exists() or out.stat().st_size == 0:
             problems.append(f"{page}: no screenshot")

@@ -145,19 +145,32 @@ fn lesson(index: usize, entry: &toml::Value) -> Result<Lesson, ManifestError> {
         Some(toml::Value::Boolean(b)) => *b,
         _ => return Err(ManifestError(format!("{place}: `gpu` must be true or false"))),
     };
-    let earlier = |n: &str| n.len() == 2 && n.parse::<usize>().is_ok_and(|n| n >= 1 && n <= index);
+    let earlier = |n: &str| {
+        n.len() == 2
+            && n.bytes().all(|b| b.is_ascii_digit())
+            && n.parse::<usize>().is_ok_and(|n| n >= 1 && n <= index)
+    };
     let needs = match table.get("needs") {
         Some(toml::Value::Array(items)) => items
             .iter()
             .map(|item| match item.as_str() {
                 Some(n) if earlier(n) => Ok(n.to_string()),
                 _ => Err(ManifestError(format!(
-                    "{place}: `needs` holds {item:?}; expected the two-digit numbers of earlier lessons"
+                    "{place}: `needs` holds {}; expected the two-digit numbers of earlier lessons",
+                    item.as_str()
+                        .map_or("something that is not a string".into(), |s| format!("\"{s}\""))
                 ))),
             })
             .collect::<Result<Vec<_>, _>>()?,
-        _ => return Err(ManifestError(format!("{place}: `needs` must be a list of lesson numbers"))),
+        _ => {
+            return Err(ManifestError(format!(
+                "{place}: `needs` must be a list of lesson numbers"
+            )));
+        }
     };
+    if let Some(twice) = needs.iter().enumerate().find(|(i, n)| needs[..*i].contains(n)) {
+        return Err(ManifestError(format!("{place}: `needs` lists lesson {} twice", twice.1)));
+    }
     Ok(Lesson {
         number: text("number")?,
         folder: text("folder")?,
@@ -228,11 +241,18 @@ fn included_lines(book_src: &std::path::Path, target: &str) -> Result<usize, Str
     let path = book_src.join(file);
     let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let Some(anchor) = anchor else { return Ok(text.lines().count()) };
+    // mdBook's rule: `ANCHOR: name` anywhere on a line, the name not followed by more of a name.
+    let marks = |line: &str, mark: &str| {
+        line.match_indices(mark).any(|(at, _)| {
+            let next = line[at + mark.len()..].chars().next();
+            !next.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '-')
+        })
+    };
     let start = format!("ANCHOR: {anchor}");
     let end = format!("ANCHOR_END: {anchor}");
     let lines: Vec<&str> = text.lines().collect();
-    let first = lines.iter().position(|l| l.trim_end().ends_with(&start));
-    let last = lines.iter().position(|l| l.trim_end().ends_with(&end));
+    let first = lines.iter().position(|l| marks(l, &start));
+    let last = lines.iter().position(|l| marks(l, &end));
     match (first, last) {
         (Some(first), Some(last)) if first < last => {
             Ok(lines[first + 1..last].iter().filter(|l| !l.contains("ANCHOR")).count())
@@ -245,11 +265,14 @@ fn included_lines(book_src: &std::path::Path, target: &str) -> Result<usize, Str
 /// whether a maintainer has checked it by doing the task from the README (the README says so
 /// in the same paragraph, starting `(A maintainer`).
 pub fn exercise_time(readme: &str) -> Option<(String, bool)> {
+    let readme = format!("\n{}", readme.replace("\r\n", "\n"));
     let start = readme.find("\nTime: ")? + "\nTime: ".len();
     let paragraph = readme[start..].split("\n\n").next().unwrap_or("");
     let paragraph = paragraph.split_whitespace().collect::<Vec<_>>().join(" ");
     let sentence = paragraph.split(". ").next().unwrap_or(&paragraph).trim_end_matches('.');
-    Some((format!("{sentence}."), paragraph.contains("(A maintainer")))
+    let checked = paragraph.contains("(A maintainer who knew the material wrote the main task")
+        && paragraph.contains("passed every check");
+    Some((format!("{sentence}."), checked))
 }
 
 /// The learning path's table, in Markdown: each lesson's chapter, the lessons it builds on,
@@ -287,11 +310,14 @@ pub fn learning_path(lessons: &[Lesson], root: &std::path::Path) -> Result<Strin
                 )
             }
         };
+        let cell = |text: &str| text.replace('|', "\\|");
         table.push_str(&format!(
-            "| {} | [{}]({}) | {needs} | {minutes} min | {exercise} | {time} |\n",
+            "| {} | [{}]({}) | {needs} | {minutes} min | {} | {} |\n",
             lesson.number.trim_start_matches('0'),
-            lesson.title,
+            cell(&lesson.title),
             lesson.chapter(),
+            cell(&exercise),
+            cell(&time),
         ));
     }
     table.push_str(&format!(
@@ -339,12 +365,14 @@ mod tests {
 
     #[test]
     fn an_exercise_time_is_its_readme_s_first_sentence_after_time() {
-        let readme = "# Ex\n\nTime: about an hour for the warm-up\nand 45 minutes for `f`. (A maintainer\nwrote it.)\n\nMore.\n";
+        let readme = "# Ex\n\nTime: about an hour for the warm-up\nand 45 minutes for `f`. (A maintainer\nwho knew the material wrote the main task from it, and it passed every check.)\n\nMore.\n";
         assert_eq!(
             exercise_time(readme),
             Some(("about an hour for the warm-up and 45 minutes for `f`.".to_string(), true))
         );
-        assert_eq!(exercise_time("Time: about an hour.\n"), None, "not at a line start after text");
+        assert_eq!(exercise_time("Time: about an hour.\n"), Some(("about an hour.".into(), false)));
+        let unchecked = "x\nTime: an hour. (A maintainer has not yet done it.)\n";
+        assert_eq!(exercise_time(unchecked), Some(("an hour.".into(), false)));
         assert_eq!(
             exercise_time("x\nTime: about an hour.\n"),
             Some(("about an hour.".into(), false))
@@ -365,6 +393,7 @@ mod tests {
                 "expected the two-digit numbers of earlier lessons",
             ),
             (ONE.replace("needs = []", "needs = \"00\""), "`needs` must be a list"),
+            (ONE.replace("needs = []", "needs = [\"+1\"]"), "`needs` holds \"+1\""),
             ("[lesson]\nnumber = 1\n".to_string(), "no [[lesson]] tables"),
             ("x = 1\n".to_string(), "unknown key `x`"),
             ("[[lesson]\n".to_string(), "course.toml:"),

@@ -240,7 +240,7 @@ fn visits(blocks: usize, keys_outer: bool) -> (Vec<Vec<usize>>, Traffic) {
 pub fn loop_order() -> String {
     let blocks = 4;
     let cell = 40.0;
-    let mut svg = Svg::new(760.0, 420.0);
+    let mut svg = Svg::new(760.0, 430.0);
     svg.text(380.0, 24.0, "Loop order: FlashAttention-1 against FlashAttention-2", Text::HEADING);
     for (panel, keys_outer) in [(0, true), (1, false)] {
         let x0 = 90.0 + panel as f64 * 370.0;
@@ -276,9 +276,13 @@ pub fn loop_order() -> String {
         }
         let lines = [
             format!("blocks read: Q {}, K and V {}", traffic.q_reads, traffic.kv_reads),
-            format!("O (with m, l) read {} times, written {}", traffic.o_reads, traffic.o_writes),
             if keys_outer {
-                "the Q blocks share O's running state in memory".to_string()
+                format!("O, m and l read {} times, written {}", traffic.o_reads, traffic.o_writes)
+            } else {
+                format!("O and L written {} times, never read back", traffic.o_writes)
+            },
+            if keys_outer {
+                "every K/V step reads and rewrites each O_i, m_i, l_i".to_string()
             } else {
                 "each Q block is independent: one workgroup each".to_string()
             },
@@ -292,6 +296,7 @@ pub fn loop_order() -> String {
             .to_string(),
     ];
     svg.lines(40.0, 370.0, &notes, Text::LEFT);
+    legend(&mut svg, 40.0, 412.0, colour::CURRENT, "the first pass of the outer loop");
     svg.finish("FlashAttention-1 and FlashAttention-2 loop orders and their block traffic")
 }
 
@@ -343,17 +348,13 @@ pub fn mask_tiles() -> String {
                 }
             }
         }
-        for ti in 0..shape.q_len / tile {
-            for tj in 0..shape.kv_len / tile {
-                let side = tile as f64 * cell;
-                svg.outline(
-                    x0 + tj as f64 * side,
-                    y0 + ti as f64 * side,
-                    side,
-                    side,
-                    colour::INK,
-                    1.5,
-                );
+        let (row_tiles, key_tiles) = (shape.q_len.div_ceil(tile), shape.kv_len.div_ceil(tile));
+        for ti in 0..row_tiles {
+            for tj in 0..key_tiles {
+                let (rows, keys) =
+                    (tile.min(shape.q_len - ti * tile), tile.min(shape.kv_len - tj * tile));
+                let (x, y) = (x0 + (tj * tile) as f64 * cell, y0 + (ti * tile) as f64 * cell);
+                svg.outline(x, y, keys as f64 * cell, rows as f64 * cell, colour::INK, 1.5);
             }
         }
         let title = if windowed {
@@ -362,16 +363,13 @@ pub fn mask_tiles() -> String {
             "causal (bottom-right: the last row sees every key)"
         };
         svg.text(x0 + shape.kv_len as f64 * cell / 2.0, y0 - 12.0, title, Text::CENTRED);
-        let skipped = (0..shape.q_len / tile)
-            .flat_map(|ti| (0..shape.kv_len / tile).map(move |tj| (ti, tj)))
+        let skipped = (0..row_tiles)
+            .flat_map(|ti| (0..key_tiles).map(move |tj| (ti, tj)))
             .filter(|&(ti, tj)| kind_of(ti, tj) == TileKind::Skipped)
             .count();
-        svg.text(
-            x0,
-            y0 + shape.q_len as f64 * cell + 22.0,
-            &format!("{skipped} of 12 tiles never loaded"),
-            Text::LEFT,
-        );
+        let all = row_tiles * key_tiles;
+        let caption = format!("{skipped} of {all} tiles never loaded");
+        svg.text(x0, y0 + shape.q_len as f64 * cell + 22.0, &caption, Text::LEFT);
     }
     legend(&mut svg, 60.0, 340.0, colour::FULL, "every row sees every key: no mask");
     legend(
@@ -407,14 +405,16 @@ fn window_tile_kind(
 /// The backward pass's data flow (lesson 05): what it reads from the forward, what it
 /// recomputes, and the order of its products.
 pub fn backward_flow() -> String {
-    let mut svg = Svg::new(760.0, 470.0);
+    let mut svg = Svg::new(760.0, 490.0);
     svg.text(
         380.0,
         24.0,
         "The backward pass: recompute P from the logsumexp, then the gradients",
         Text::HEADING,
     );
-    let inputs = ["Q", "K", "V", "O", "dO", "L"];
+    // The inputs, ordered so that each feeds the boxes below it: Q and K the scores, L the
+    // weights, V and dO the weights' gradient, dO and O the row terms D.
+    let inputs = ["Q", "K", "L", "V", "dO", "O"];
     let input_x = |k: usize| 60.0 + k as f64 * 115.0;
     for (k, name) in inputs.iter().enumerate() {
         svg.labelled_box(input_x(k), 50.0, 70.0, 34.0, colour::SLOW, &[name.to_string()]);
@@ -436,15 +436,16 @@ pub fn backward_flow() -> String {
     let input = |k: usize| (input_x(k) + 35.0, 84.0);
     let top = |b: usize| (boxes[b].1 + w / 2.0, boxes[b].2);
     let bottom = |b: usize| (boxes[b].1 + w / 2.0, boxes[b].2 + h);
+    let (q, k, l, v, d_o, o) = (input(0), input(1), input(2), input(3), input(4), input(5));
     let edges = [
-        (input(0), top(0)),
-        (input(1), top(0)),
-        (input(3), top(1)),
-        (input(4), top(1)),
+        (q, top(0)),
+        (k, top(0)),
+        (d_o, top(1)),
+        (o, top(1)),
         (bottom(0), top(2)),
-        (input(5), top(2)),
-        (input(4), top(3)),
-        (input(2), top(3)),
+        (l, (boxes[2].1 + w * 0.8, boxes[2].2)),
+        (d_o, top(3)),
+        (v, top(3)),
         (bottom(2), top(4)),
         (bottom(2), top(5)),
         (bottom(3), top(5)),
@@ -455,11 +456,26 @@ pub fn backward_flow() -> String {
     for (from, to) in edges {
         svg.arrow(from, to);
     }
+    // Inputs read a second time, drawn again beside the product that reads them.
+    for (name, consumer) in [("dO", 4), ("K", 6), ("Q", 7)] {
+        // On the box's left, or on its right where the left edge of the drawing is too near.
+        let (left, y) = (boxes[consumer].1, boxes[consumer].2 + 8.0);
+        if left > 60.0 {
+            svg.labelled_box(left - 50.0, y, 36.0, 22.0, colour::SLOW, &[name.to_string()]);
+            svg.dashed_arrow((left - 14.0, y + 11.0), (left, y + 11.0));
+        } else {
+            svg.labelled_box(left + w + 14.0, y, 36.0, 22.0, colour::SLOW, &[name.to_string()]);
+            svg.dashed_arrow((left + w + 14.0, y + 11.0), (left + w, y + 11.0));
+        }
+    }
     let notes = [
-        "Grey: what the forward pass kept. L (one number per row) replaces P (Nq x Nkv numbers): P is".to_string(),
-        "recomputed tile by tile, exactly, as exp(S − L). dO also feeds dV; K feeds dQ, Q feeds dK.".to_string(),
+        "Lavender: what the backward reads: the forward's inputs and outputs O and L, and the incoming"
+            .to_string(),
+        "gradient dO (the small boxes: read again by that product). L, one number per row, replaces"
+            .to_string(),
+        "P (Nq x Nkv numbers): P is recomputed tile by tile, exactly, as exp(S − L).".to_string(),
     ];
-    svg.lines(40.0, 440.0, &notes, Text::LEFT);
+    svg.lines(40.0, 436.0, &notes, Text::LEFT);
     svg.finish("Data flow of FlashAttention's backward pass")
 }
 
@@ -528,7 +544,7 @@ pub fn split_kv_merge() -> String {
         format!(
             "One pass over all the keys gives O = {direct:.4}: the merge is exact, not an approximation."
         ),
-        "Each chunk runs in its own workgroup, so a single query keeps the whole GPU busy."
+        "Each chunk runs in its own workgroup: with enough of them (lesson 11 takes 64 at 16K tokens), one query fills the GPU."
             .to_string(),
     ];
     svg.lines(40.0, 368.0, &notes, Text::LEFT);

@@ -11,32 +11,36 @@ fn device_and_date(text: &str, file: &str) -> Result<(String, String), String> {
         .lines()
         .find_map(|l| l.strip_prefix("Device: "))
         .ok_or_else(|| format!("{file}: no `Device: ` line"))?;
-    let name = line.split(" (").next().unwrap_or(line).to_string();
-    let date = line.rsplit("; ").next().unwrap_or("").to_string();
-    Ok((name, date))
+    let (described, date) = line
+        .rsplit_once("; ")
+        .ok_or_else(|| format!("{file}: `Device: {line}` has no `; DATE` at its end"))?;
+    let name = described.split(" (").next().unwrap_or(described).to_string();
+    Ok((name, date.to_string()))
 }
 
 /// The numbers of a table row: every whitespace-separated word that parses as a number.
 fn numbers(line: &str) -> Vec<f64> {
-    line.split_whitespace().filter_map(|w| w.parse().ok()).collect()
+    line.split_whitespace().filter_map(|w| w.parse().ok()).filter(|x: &f64| x.is_finite()).collect()
 }
 
 /// What `examples/primitives.rs` of lesson 10 measured: the best cooperative-matrix TFLOP/s
 /// (registers only) and the fastest rate of fragment loads from workgroup memory (TB/s).
 fn primitives(text: &str) -> Result<(f64, f64), String> {
     let file = "lesson10_primitives.txt";
-    let rows: Vec<Vec<f64>> = text
-        .lines()
-        .filter(|l| l.contains(" loaded") || l.starts_with("registers only"))
-        .map(numbers)
-        .filter(|n| n.len() == 3)
-        .collect();
-    let best = |column: usize| rows.iter().map(|r| r[column]).fold(f64::NAN, f64::max);
-    let (tflops, loads) = (best(1), best(2));
-    if tflops.is_nan() || loads.is_nan() {
-        return Err(format!("{file}: no rows of (products, TFLOP/s, TB/s)"));
+    // Each row ends with three numbers: products per step, TFLOP/s, fragments loaded in TB/s.
+    let rows = |label: &str| -> Vec<Vec<f64>> {
+        text.lines().filter(|l| l.contains(label)).map(numbers).filter(|n| n.len() == 3).collect()
+    };
+    let best = |rows: Vec<Vec<f64>>, column: usize| rows.iter().map(|r| r[column]).reduce(f64::max);
+    let tflops = best(rows("registers only"), 1);
+    let loads = best(rows(" loaded"), 2);
+    match (tflops, loads) {
+        (Some(tflops), Some(loads)) => Ok((tflops, loads)),
+        _ => Err(format!(
+            "{file}: expected `registers only` rows and rows of fragments loaded, each ending in \
+             (products, TFLOP/s, TB/s)"
+        )),
     }
-    Ok((tflops, loads))
 }
 
 /// What lesson 11's decode benchmark measured: a WGSL copy's bandwidth and reading alone, GB/s.
@@ -62,8 +66,9 @@ fn read(generated: &Path, file: &str) -> Result<String, String> {
     std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// The memory hierarchy of an H100: capacities from NVIDIA's data sheet, rates measured by
-/// the course (lesson 10's primitives, lesson 11's copy), each with its GPU and date.
+/// The memory hierarchy of the course's GPUs (an H100 or an H200, of the same design):
+/// capacities from NVIDIA's data sheets, rates measured by the course (lesson 10's primitives,
+/// lesson 11's copy), each with its GPU and date.
 pub fn memory_hierarchy(generated: &Path) -> Result<String, String> {
     let primitives_text = read(generated, "lesson10_primitives.txt")?;
     let (tensor_tflops, fragment_rate) = primitives(&primitives_text)?;
@@ -76,7 +81,7 @@ pub fn memory_hierarchy(generated: &Path) -> Result<String, String> {
     svg.text(
         390.0,
         24.0,
-        "Where the data lives on a GPU (an H100), fastest and smallest first",
+        "Where the data lives on an H100 or H200, fastest and smallest first",
         Text::HEADING,
     );
     let levels = [
@@ -92,8 +97,8 @@ pub fn memory_hierarchy(generated: &Path) -> Result<String, String> {
         ),
         ("L2 cache", "50 MB for the whole GPU", "K and V, read again by every workgroup of a head"),
         (
-            "GPU memory (HBM3)",
-            "80 GB; 3.35 TB/s on the data sheet",
+            "GPU memory (HBM)",
+            "H100: 80 GB, 3.35 TB/s; H200: 141 GB, 4.8 TB/s (data sheets)",
             "Q, K, V and O; standard attention's S and P",
         ),
     ];
@@ -106,13 +111,13 @@ pub fn memory_hierarchy(generated: &Path) -> Result<String, String> {
         ),
         "not measured by the course".to_string(),
         format!(
-            "WGSL copy {:.2} TB/s, read alone {:.2} ({c_device}, {c_date}; 4.8 on its data sheet)",
+            "WGSL copy {:.2} TB/s, reading alone {:.2} ({c_device}, {c_date})",
             copy / 1000.0,
             read_alone / 1000.0
         ),
     ];
     for (k, ((name, size, holds), rate)) in levels.iter().zip(&measured).enumerate() {
-        let inset = (3 - k) as f64 * 40.0;
+        let inset = (3 - k) as f64 * 20.0;
         let y = 50.0 + k as f64 * 82.0;
         let fill = [colour::CURRENT, colour::DONE, colour::LOADED, colour::SLOW][k];
         svg.rect(20.0 + inset, y, 740.0 - 2.0 * inset, 72.0, fill);
@@ -157,21 +162,17 @@ pub fn workgroup_mapping() -> String {
         &format!("Lesson 09: {rows} threads, one per query row; {keys} keys per tile"),
         Text { bold: true, ..Text::LEFT },
     );
-    let lanes = 8;
-    for t in 0..lanes {
-        let y = 70.0 + t as f64 * 16.0;
+    // The rows in at most 8 bands of threads, the last band taking what is left.
+    let per_band = rows.div_ceil(8);
+    let bands = rows.div_ceil(per_band);
+    for band in 0..bands {
+        let y = 70.0 + band as f64 * 16.0;
         svg.rect(20.0, y, 175.0, 16.0, colour::LOADED);
-        let first = t * rows / lanes;
+        let (first, last) = (band * per_band, ((band + 1) * per_band).min(rows) - 1);
         svg.text(
             107.5,
             y + 12.0,
-            &format!(
-                "threads {}–{}: rows {}–{}",
-                first,
-                first + rows / lanes - 1,
-                first,
-                first + rows / lanes - 1
-            ),
+            &format!("threads {first}–{last}: rows {first}–{last}"),
             Text::SMALL,
         );
     }
@@ -196,7 +197,7 @@ pub fn workgroup_mapping() -> String {
         20.0,
         258.0,
         &format!(
-            "Lesson 10, version 8: {} subgroups of 32 threads, {} rows each ({} rows); {} keys per tile",
+            "Lesson 10, version 8 at D = 64: {} subgroups of 32 threads, {} rows each ({} rows); {} keys per tile",
             v8.subgroups,
             rows_per_subgroup,
             v8.block_q(),

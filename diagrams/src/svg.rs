@@ -138,6 +138,19 @@ impl Svg {
         );
     }
 
+    /// A dashed arrow from `from` to `to`, its head at `to`.
+    pub fn dashed_arrow(&mut self, from: (f64, f64), to: (f64, f64)) {
+        let _ = writeln!(
+            self.body,
+            r#"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="{}" stroke-width="1.5" stroke-dasharray="5 4" marker-end="url(#head)"/>"#,
+            from.0,
+            from.1,
+            to.0,
+            to.1,
+            colour::INK
+        );
+    }
+
     /// A box with centred lines of text in it.
     pub fn labelled_box(&mut self, x: f64, y: f64, w: f64, h: f64, fill: &str, lines: &[String]) {
         self.rect(x, y, w, h, fill);

@@ -10,8 +10,8 @@
 //! written and read back through the GPU's main memory, and it must fit in one storage buffer
 //! binding: [`NaiveAttention::dispatches`] refuses, with
 //! [`gpu::GpuError::ExceedsDeviceLimit`], a problem whose `S` is larger than the device can
-//! bind (128 MiB on lavapipe, 2147483644 bytes, just under 2 GiB, on an H200 through NVIDIA's
-//! Vulkan driver), long before the GPU runs out of memory.
+//! bind (128 MiB on lavapipe; just under 2 GiB on a GPU, where wgpu caps every Vulkan device's
+//! limit at the largest `i32`), long before the GPU runs out of memory.
 
 use gpu::attention::{AttentionBuffers, AttentionKernel};
 use gpu::buffers;

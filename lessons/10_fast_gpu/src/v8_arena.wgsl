@@ -68,8 +68,9 @@ const P_STRIDE: u32 = BLOCK_KV / 4u + 2u;
 
 // The arena, in vec4<f16>s: [Q (kept only when Q_IN_REGISTERS = 0) | K | V | P]. With Q in
 // registers, Q passes through the start of the arena before the loop, as many subgroups' rows
-// at a time as fit where K, V and P will be (all of them in one pass at D = 64; at D = 128 the
-// workgroup's Q would need more room than K, V and P: 34 KiB of 48 with 8 subgroups). Every
+// at a time as fit where K, V and P will be (in the shape version 8 prefers, all of them in
+// one pass at D = 64; at D = 128 the workgroup's Q would need more room than K, V and P: 34
+// KiB of 48 with 8 subgroups). Every
 // offset is an even number of vec4<f16>s, so every row starts on the 16-byte grid (see
 // version 2).
 const Q_KEPT: u32 = select(0u, BLOCK_Q * KV_STRIDE, Q_IN_REGISTERS == 0u);

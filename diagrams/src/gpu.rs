@@ -197,10 +197,9 @@ pub fn workgroup_mapping() -> String {
         20.0,
         258.0,
         &format!(
-            "Lesson 10, version 8 at D = 64: {} subgroups of 32 threads, {} rows each ({} rows); {} keys per tile",
+            "Lesson 10, version 8 (D = 64): {} subgroups of 32 threads, {} rows each; {} keys per tile",
             v8.subgroups,
             rows_per_subgroup,
-            v8.block_q(),
             v8.block_kv
         ),
         Text { bold: true, ..Text::LEFT },

@@ -111,3 +111,35 @@ fn unsupported_subgroup_tiles_are_refused_with_what_is_expected() {
     let err = PipelinedTiles { row_tiles: 3, ..v6 }.check("v6 registers", 64).unwrap_err();
     assert!(err.to_string().contains("v6 registers"), "{err}");
 }
+
+/// Why no version gives some subgroups the products and others the softmax at the same time
+/// (FlashAttention-3's "ping-pong" of warp groups): naga requires cooperative-matrix
+/// operations in control flow that is uniform across the whole workgroup, and a branch on
+/// the subgroup's index is not. The same product with no branch compiles. If a naga release
+/// accepts the branch, this test fails, and that design becomes possible in WGSL.
+#[test]
+fn cooperative_matrices_cannot_be_given_to_some_subgroups_only() {
+    let shader = |condition: &str| {
+        format!(
+            "enable f16;
+enable wgpu_cooperative_matrix;
+var<workgroup> tile: array<f16, 256>;
+var<workgroup> out: array<f32, 256>;
+@compute @workgroup_size(64)
+fn flash_forward(@builtin(subgroup_id) sg: u32) {{
+    var c = coop_mat16x16<f32, C>();
+    if {condition} {{
+        let a = coopLoad<coop_mat16x16<f16, A>>(&tile[0], 16u);
+        let b = coopLoad<coop_mat16x16<f16, B>>(&tile[0], 16u);
+        c = coopMultiplyAdd(a, b, c);
+    }}
+    coopStore(c, &out[0], 16u);
+}}
+"
+        )
+    };
+    let uniform = shader("true");
+    spirv(&uniform, "flash_forward", &[], Checks::Off).expect("the product compiles unbranched");
+    let err = spirv(&shader("sg == 0u"), "flash_forward", &[], Checks::Off).unwrap_err();
+    assert!(err.to_string().contains("uniformity"), "{err}");
+}

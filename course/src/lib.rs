@@ -231,8 +231,13 @@ impl Reading {
     }
 }
 
+/// The word that starts mdBook's anchor marks, `<word>: name` and `<word>_END: name`. Spelled
+/// once, here, and never followed by a name in this file: book/generate.sh --check requires
+/// every such mark in the repository to be shown by a chapter.
+pub const ANCHOR: &str = "ANCHOR";
+
 /// The number of lines that `{{#include target}}` shows: a whole file, or with `path:anchor`
-/// the lines between `ANCHOR: anchor` and `ANCHOR_END: anchor` (mdBook's anchors).
+/// the lines between the anchor's start and end marks (mdBook's anchors; see [`ANCHOR`]).
 fn included_lines(book_src: &std::path::Path, target: &str) -> Result<usize, String> {
     let (file, anchor) = match target.rsplit_once(':') {
         Some((file, anchor)) if !anchor.contains('/') => (file, Some(anchor)),
@@ -241,21 +246,21 @@ fn included_lines(book_src: &std::path::Path, target: &str) -> Result<usize, Str
     let path = book_src.join(file);
     let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let Some(anchor) = anchor else { return Ok(text.lines().count()) };
-    // mdBook's rule: `ANCHOR: name` anywhere on a line, the name not followed by more of a name.
+    // mdBook's rule: a mark anywhere on a line, its name not followed by more of a name.
     let marks = |line: &str, mark: &str| {
         line.match_indices(mark).any(|(at, _)| {
             let next = line[at + mark.len()..].chars().next();
             !next.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '-')
         })
     };
-    let start = format!("ANCHOR: {anchor}");
-    let end = format!("ANCHOR_END: {anchor}");
+    let start = format!("{ANCHOR}: {anchor}");
+    let end = format!("{ANCHOR}_END: {anchor}");
     let lines: Vec<&str> = text.lines().collect();
     let first = lines.iter().position(|l| marks(l, &start));
     let last = lines.iter().position(|l| marks(l, &end));
     match (first, last) {
         (Some(first), Some(last)) if first < last => {
-            Ok(lines[first + 1..last].iter().filter(|l| !l.contains("ANCHOR")).count())
+            Ok(lines[first + 1..last].iter().filter(|l| !l.contains(ANCHOR)).count())
         }
         _ => Err(format!("{}: no anchor `{anchor}`", path.display())),
     }
@@ -347,7 +352,7 @@ mod tests {
         std::fs::create_dir_all(dir.join("generated")).unwrap();
         std::fs::write(
             dir.join("a.rs"),
-            "// ANCHOR: f\nfn f() {\n}\n// ANCHOR_END: f\nfn g() {}\n",
+            format!("// {ANCHOR}: f\nfn f() {{\n}}\n// {ANCHOR}_END: f\nfn g() {{}}\n"),
         )
         .unwrap();
         std::fs::write(dir.join("generated/out.txt"), "1\n2\n3\n").unwrap();

@@ -128,12 +128,7 @@ pub fn spirv(
     use naga::back::spv;
     use naga::proc::{BoundsCheckPolicies, BoundsCheckPolicy};
     let shader_error = |what: &str, e: String| GpuError::Shader(format!("{what}: {e}"));
-    let module = naga::front::wgsl::parse_str(source)
-        .map_err(|e| shader_error("the shader does not parse", e.emit_to_string(source)))?;
-    let flags = naga::valid::ValidationFlags::all();
-    let info = naga::valid::Validator::new(flags, naga::valid::Capabilities::all())
-        .validate(&module)
-        .map_err(|e| shader_error("the shader is not valid", e.emit_to_string(source)))?;
+    let (module, info) = validated(source)?;
     let stage = module
         .entry_points
         .iter()
@@ -171,19 +166,31 @@ pub fn spirv(
         .map_err(|e| shader_error("naga's SPIR-V writer failed", e.to_string()).into())
 }
 
-/// The `@binding` numbers of group 0 that entry point `entry` of the WGSL `source` uses. A
-/// binding the shader declares but never touches is left out of the layout the pipeline gets,
-/// so binding a buffer to it fails: callers that need a binding check for it here and say so.
-pub fn bindings_used(source: &str, entry: &str) -> Result<Vec<u32>, AttentionError> {
-    let module = naga::front::wgsl::parse_str(source).map_err(|e| {
+/// The WGSL `source` parsed by naga, or the error naga gives, with the line it points at.
+fn parsed(source: &str) -> Result<naga::Module, GpuError> {
+    naga::front::wgsl::parse_str(source).map_err(|e| {
         GpuError::Shader(format!("the shader does not parse: {}", e.emit_to_string(source)))
-    })?;
+    })
+}
+
+/// [`parsed`], then validated with every capability (the device's own features are checked
+/// when wgpu compiles the shader).
+fn validated(source: &str) -> Result<(naga::Module, naga::valid::ModuleInfo), GpuError> {
+    let module = parsed(source)?;
     let flags = naga::valid::ValidationFlags::all();
     let info = naga::valid::Validator::new(flags, naga::valid::Capabilities::all())
         .validate(&module)
         .map_err(|e| {
             GpuError::Shader(format!("the shader is not valid: {}", e.emit_to_string(source)))
         })?;
+    Ok((module, info))
+}
+
+/// The `@binding` numbers of group 0 that entry point `entry` of the WGSL `source` uses. A
+/// binding the shader declares but never touches is left out of the layout the pipeline gets,
+/// so binding a buffer to it fails: callers that need a binding check for it here and say so.
+pub fn bindings_used(source: &str, entry: &str) -> Result<Vec<u32>, AttentionError> {
+    let (module, info) = validated(source)?;
     let index = module
         .entry_points
         .iter()
@@ -204,9 +211,7 @@ pub fn bindings_used(source: &str, entry: &str) -> Result<Vec<u32>, AttentionErr
 /// naga's size of its type). The hosts that choose tiles compute the same number from the
 /// tile sizes to pick a shape that fits a device; tests compare the two.
 pub fn workgroup_memory_bytes(source: &str) -> Result<usize, AttentionError> {
-    let module = naga::front::wgsl::parse_str(source).map_err(|e| {
-        GpuError::Shader(format!("the shader does not parse: {}", e.emit_to_string(source)))
-    })?;
+    let module = parsed(source)?;
     let mut layouter = naga::proc::Layouter::default();
     layouter
         .update(module.to_ctx())

@@ -36,13 +36,8 @@ pub fn tiles_one_step() -> String {
     let (br, bc) = (tiles.query_rows(), tiles.key_cols());
     let (i, j) = (1, 2);
     let cell = 18.0;
-    let mut svg = Svg::new(760.0, 610.0);
-    svg.text(
-        380.0,
-        24.0,
-        "One step of the loop: query tile i = 1 against key tile j = 2",
-        Text::HEADING,
-    );
+    let mut svg =
+        Svg::titled(760.0, 610.0, "One step of the loop: query tile i = 1 against key tile j = 2");
 
     let s_at = (200.0, 150.0);
     let q_at = (s_at.0 - head_dim as f64 * cell - 30.0, s_at.1);
@@ -123,13 +118,8 @@ pub fn tiles_one_step() -> String {
 pub fn online_rescale() -> String {
     let scores: [f32; 12] = [0.5, 1.2, -0.3, 0.8, 2.9, 0.1, 1.5, -1.0, 0.4, 3.6, 1.1, 0.2];
     let block = 4;
-    let mut svg = Svg::new(780.0, 350.0);
-    svg.text(
-        390.0,
-        24.0,
-        "Online softmax: the running state when a block raises the max",
-        Text::HEADING,
-    );
+    let mut svg =
+        Svg::titled(780.0, 350.0, "Online softmax: the running state when a block raises the max");
     let cell = (52.0, 30.0);
     let gap = 30.0;
     let block_x = |b: usize| 40.0 + b as f64 * (block as f64 * cell.0 + gap);
@@ -240,8 +230,8 @@ fn visits(blocks: usize, keys_outer: bool) -> (Vec<Vec<usize>>, Traffic) {
 pub fn loop_order() -> String {
     let blocks = 4;
     let cell = 40.0;
-    let mut svg = Svg::new(760.0, 430.0);
-    svg.text(380.0, 24.0, "Loop order: FlashAttention-1 against FlashAttention-2", Text::HEADING);
+    let mut svg =
+        Svg::titled(760.0, 430.0, "Loop order: FlashAttention-1 against FlashAttention-2");
     for (panel, keys_outer) in [(0, true), (1, false)] {
         let x0 = 90.0 + panel as f64 * 370.0;
         let y0 = 90.0;
@@ -308,12 +298,10 @@ pub fn mask_tiles() -> String {
     let tile = 4;
     let cell = 16.0;
     let window = Window::new(Some(6), Some(0));
-    let mut svg = Svg::new(760.0, 400.0);
-    svg.text(
-        380.0,
-        24.0,
+    let mut svg = Svg::titled(
+        760.0,
+        400.0,
         "Which tiles a mask skips, masks or computes whole (Nq = 12, Nkv = 16, 4 x 4 tiles)",
-        Text::HEADING,
     );
     for (panel, windowed) in [(0, false), (1, true)] {
         let x0 = 60.0 + panel as f64 * 370.0;
@@ -405,12 +393,10 @@ fn window_tile_kind(
 /// The backward pass's data flow (lesson 05): what it reads from the forward, what it
 /// recomputes, and the order of its products.
 pub fn backward_flow() -> String {
-    let mut svg = Svg::new(760.0, 490.0);
-    svg.text(
-        380.0,
-        24.0,
+    let mut svg = Svg::titled(
+        760.0,
+        490.0,
         "The backward pass: recompute P from the logsumexp, then the gradients",
-        Text::HEADING,
     );
     // The inputs, ordered so that each feeds the boxes below it: Q and K the scores, L the
     // weights, V and dO the weights' gradient, dO and O the row terms D.
@@ -486,12 +472,10 @@ pub fn split_kv_merge() -> String {
     let (tokens, splits) = (24, 3);
     let score = |t: usize| (t as f32 * 0.7).sin() * 2.0 + (t as f32 * 0.13).cos();
     let value = |t: usize| (t % 5) as f32 - 2.0;
-    let mut svg = Svg::new(780.0, 430.0);
-    svg.text(
-        390.0,
-        24.0,
+    let mut svg = Svg::titled(
+        780.0,
+        430.0,
         "Split-KV decoding: partial results per chunk, merged by their logsumexp",
-        Text::HEADING,
     );
     let cell = 26.0;
     let x0 = 40.0;

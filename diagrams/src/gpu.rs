@@ -77,12 +77,10 @@ pub fn memory_hierarchy(generated: &Path) -> Result<String, String> {
     let (copy, read_alone) = copy_bandwidth(&decode_text)?;
     let (c_device, c_date) = device_and_date(&decode_text, "lesson11_decode_benchmark.txt")?;
 
-    let mut svg = Svg::new(780.0, 440.0);
-    svg.text(
-        390.0,
-        24.0,
+    let mut svg = Svg::titled(
+        780.0,
+        440.0,
         "Where the data lives on an H100 or H200, fastest and smallest first",
-        Text::HEADING,
     );
     let levels = [
         (
@@ -146,12 +144,10 @@ pub fn memory_hierarchy(generated: &Path) -> Result<String, String> {
 pub fn workgroup_mapping() -> String {
     let tiles09 = lesson09::default_tiles();
     let v8 = lesson10::ArenaTiles::preferred(64)[0];
-    let mut svg = Svg::new(780.0, 520.0);
-    svg.text(
-        390.0,
-        24.0,
+    let mut svg = Svg::titled(
+        780.0,
+        520.0,
         "One workgroup, one tile of keys: who computes what, and where the barriers are",
-        Text::HEADING,
     );
 
     // Lesson 09: one thread per row.

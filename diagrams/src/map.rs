@@ -28,13 +28,8 @@ pub fn course_map() -> String {
     let tallest = rows.iter().copied().max().unwrap_or(0) as f64;
     let width = 80.0 + parts.len() as f64 * box_w + (parts.len() - 1) as f64 * column_gap;
     let height = 70.0 + tallest * (box_h + row_gap) + 60.0;
-    let mut svg = Svg::new(width, height);
-    svg.text(
-        width / 2.0,
-        24.0,
-        "The course: each lesson, what it builds on, and its exercise",
-        Text::HEADING,
-    );
+    let mut svg =
+        Svg::titled(width, height, "The course: each lesson, what it builds on, and its exercise");
     for part in &parts {
         svg.text(column_x(part) + box_w / 2.0, 56.0, part, Text { bold: true, ..Text::CENTRED });
     }

@@ -63,6 +63,13 @@ impl Svg {
         Self { width, height, body: String::new() }
     }
 
+    /// An empty drawing of `width x height` pixels with `heading` centred at its top.
+    pub fn titled(width: f64, height: f64, heading: &str) -> Self {
+        let mut svg = Self::new(width, height);
+        svg.text(width / 2.0, 24.0, heading, Text::HEADING);
+        svg
+    }
+
     /// A rectangle with a thin dark outline.
     pub fn rect(&mut self, x: f64, y: f64, w: f64, h: f64, fill: &str) {
         let _ = writeln!(
@@ -127,22 +134,19 @@ impl Svg {
 
     /// An arrow from `from` to `to`, its head at `to`.
     pub fn arrow(&mut self, from: (f64, f64), to: (f64, f64)) {
-        let _ = writeln!(
-            self.body,
-            r#"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="{}" stroke-width="1.5" marker-end="url(#head)"/>"#,
-            from.0,
-            from.1,
-            to.0,
-            to.1,
-            colour::INK
-        );
+        self.arrow_line(from, to, "");
     }
 
     /// A dashed arrow from `from` to `to`, its head at `to`.
     pub fn dashed_arrow(&mut self, from: (f64, f64), to: (f64, f64)) {
+        self.arrow_line(from, to, r#" stroke-dasharray="5 4""#);
+    }
+
+    /// An arrow with the extra attributes `style`.
+    fn arrow_line(&mut self, from: (f64, f64), to: (f64, f64), style: &str) {
         let _ = writeln!(
             self.body,
-            r#"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="{}" stroke-width="1.5" stroke-dasharray="5 4" marker-end="url(#head)"/>"#,
+            r#"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="{}" stroke-width="1.5"{style} marker-end="url(#head)"/>"#,
             from.0,
             from.1,
             to.0,

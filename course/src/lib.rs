@@ -190,6 +190,21 @@ pub const READING_WORDS_PER_MINUTE: usize = 120;
 /// Lines of code a minute at which it counts the code a chapter shows read.
 pub const CODE_LINES_PER_MINUTE: usize = 10;
 
+/// Each line of a Markdown page but its code fences (the lines of three backticks), with
+/// whether it lies inside a fenced code block.
+pub fn lines_and_code(markdown: &str) -> Vec<(&str, bool)> {
+    let mut in_code = false;
+    let mut lines = Vec::new();
+    for line in markdown.lines() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+        } else {
+            lines.push((line, in_code));
+        }
+    }
+    lines
+}
+
 /// What a chapter asks its reader to read: the words of its prose and the lines of source code
 /// it shows (its own code blocks and the source files it includes; not the command outputs
 /// under `generated/`, which are skimmed).
@@ -205,11 +220,8 @@ impl Reading {
     /// The chapter `markdown`, whose `{{#include}}` paths are relative to `book_src`.
     pub fn of(markdown: &str, book_src: &std::path::Path) -> Result<Self, String> {
         let mut reading = Reading { words: 0, code_lines: 0 };
-        let mut in_code = false;
-        for line in markdown.lines() {
-            if line.trim_start().starts_with("```") {
-                in_code = !in_code;
-            } else if let Some(include) = line.trim().strip_prefix("{{#include ") {
+        for (line, in_code) in lines_and_code(markdown) {
+            if let Some(include) = line.trim().strip_prefix("{{#include ") {
                 let target = include.trim_end_matches("}}").trim();
                 if !target.starts_with("generated/") {
                     reading.code_lines += included_lines(book_src, target)?;

@@ -25,16 +25,11 @@ fn pages() -> Vec<PathBuf> {
 
 /// The lines of a page outside fenced code blocks.
 fn prose_lines(text: &str) -> Vec<&str> {
-    let mut in_code = false;
-    let mut lines = Vec::new();
-    for line in text.lines() {
-        if line.trim_start().starts_with("```") {
-            in_code = !in_code;
-        } else if !in_code {
-            lines.push(line);
-        }
-    }
-    lines
+    course::lines_and_code(text)
+        .into_iter()
+        .filter(|&(_, code)| !code)
+        .map(|(line, _)| line)
+        .collect()
 }
 
 /// The id mdBook gives a heading: its text without Markdown marks, lower-cased, whitespace as

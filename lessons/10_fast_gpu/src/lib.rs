@@ -680,12 +680,12 @@ impl ArenaTiles {
     pub fn workgroup_bytes(&self, head_dim: usize) -> usize {
         let (rows, keys) = (self.block_q(), self.block_kv);
         let lanes_per_row = 32 / (16 * self.row_tiles);
-        let (kv_stride, p_stride) = (head_dim / 4 + 2, keys / 4 + 2);
+        let kv_stride = Self::kv_stride(head_dim);
         let s_stride = keys / 4 + lanes_per_row;
         let q_kept = if self.q_in_registers { 0 } else { rows * kv_stride };
         let (_, pass_subgroups) = self.query_passes(head_dim);
         let pass_rows = pass_subgroups * 16 * self.row_tiles;
-        let arena = (q_kept + 2 * keys * kv_stride + rows * p_stride).max(pass_rows * kv_stride);
+        let arena = (q_kept + self.kvp(head_dim)).max(pass_rows * kv_stride);
         arena * 8 + rows * s_stride * 16 + rows * 4 + 16
     }
 
@@ -693,15 +693,26 @@ impl ArenaTiles {
     /// passes through the arena as many subgroups' rows at a time as fit where K, V and P will
     /// be (at least one); kept in the arena, it is staged once.
     pub fn query_passes(&self, head_dim: usize) -> (usize, usize) {
-        let kv_stride = head_dim / 4 + 2;
-        let kvp = 2 * self.block_kv * kv_stride + self.block_q() * (self.block_kv / 4 + 2);
         let subgroup_rows = 16 * self.row_tiles;
         let per_pass = if self.q_in_registers {
-            (kvp / (subgroup_rows * kv_stride)).clamp(1, self.subgroups)
+            (self.kvp(head_dim) / (subgroup_rows * Self::kv_stride(head_dim)))
+                .clamp(1, self.subgroups)
         } else {
             self.subgroups
         };
         (self.subgroups.div_ceil(per_pass), per_pass)
+    }
+
+    /// A row of K, V or Q in the arena, in vec4s of halves: padded by 2 against bank conflicts
+    /// (the shader's `KV_STRIDE`).
+    fn kv_stride(head_dim: usize) -> usize {
+        head_dim / 4 + 2
+    }
+
+    /// The tiles of K, V and P together in the arena, in vec4s of halves (the shader's `KVP`).
+    fn kvp(&self, head_dim: usize) -> usize {
+        let p_stride = self.block_kv / 4 + 2;
+        2 * self.block_kv * Self::kv_stride(head_dim) + self.block_q() * p_stride
     }
 
     /// Whether version 8 accepts these tiles at `head_dim` (a multiple of 16).

@@ -12,6 +12,7 @@
 //! cargo run --release -p lesson10 --example shader_stats                  # D = 64, 128, 256
 //! cargo run --release -p lesson10 --example shader_stats -- --head-dims 64 --out stats/
 //! cargo run --release -p lesson10 --example shader_stats -- --only v6,v8     # names starting so
+//! cargo run --release -p lesson10 --example shader_stats -- --wgsl k.wgsl --entry main --bindings us
 //! ```
 //!
 //! With `--out DIR`, each kernel's statistics and the driver's internal representations (where
@@ -348,6 +349,9 @@ fn main() -> Result<(), String> {
         vulkan.name,
         bench::Machine::this().date
     );
+    if let Some(path) = value("--wgsl") {
+        return any_kernel(&vulkan, path, value("--entry"), value("--bindings"));
+    }
     // The microbenchmark's kernels (examples/primitives.wgsl): fragments from registers and
     // from workgroup memory at full speed, for comparison.
     println!("\nprimitives.wgsl");
@@ -399,5 +403,37 @@ fn main() -> Result<(), String> {
             }
         }
     }
+    Ok(())
+}
+
+/// The statistics of entry point `entry` of the WGSL file at `path`, taken as it is (constants
+/// set, loops unrolled: lesson 11's `decode_benchmark --write-shader` writes its kernels so),
+/// its bindings 0, 1, ... given by `bindings` as letters: `u` a uniform buffer, `s` a storage
+/// buffer.
+fn any_kernel(
+    vulkan: &Vulkan,
+    path: &str,
+    entry: Option<&String>,
+    bindings: Option<&String>,
+) -> Result<(), String> {
+    let (Some(entry), Some(bindings)) = (entry, bindings) else {
+        return Err(
+            "--wgsl needs --entry NAME and --bindings LETTERS (u uniform, s storage)".into()
+        );
+    };
+    let types = bindings
+        .chars()
+        .map(|c| match c {
+            'u' => Ok(vk::DescriptorType::UNIFORM_BUFFER),
+            's' => Ok(vk::DescriptorType::STORAGE_BUFFER),
+            other => Err(format!("--bindings: {other:?} is neither u (uniform) nor s (storage)")),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let source = std::fs::read_to_string(path).map_err(|e| format!("reading {path}: {e}"))?;
+    let words =
+        gpu::kernel::spirv(&source, entry, &[], Checks::Off).map_err(|e| format!("{path}: {e}"))?;
+    let entry_name = std::ffi::CString::new(entry.as_str()).map_err(|e| e.to_string())?;
+    let compiled = vulkan.statistics(&words, &entry_name, &types)?;
+    println!("{path} {entry}: {}", compiled.statistics.join(", "));
     Ok(())
 }

@@ -10,10 +10,16 @@
 //! cargo run --release -p lesson11 --example decode_benchmark -- --tune     # layouts, splits
 //! cargo run --release -p lesson11 --example decode_benchmark -- --anatomy  # loads taken out
 //! cargo run --release -p lesson11 --example decode_benchmark -- --tune --shader my.wgsl
+//! cargo run --release -p lesson11 --example decode_benchmark -- --tune --layout 128,1,8,512
+//! cargo run --release -p lesson11 --example decode_benchmark -- --write-shader out.wgsl
 //! ```
 //!
 //! `--shader` tunes (or dissects) an edited copy of `decode.wgsl` instead of the lesson's: a
-//! way to try a change to the kernel. `--tune` still checks its answers against the oracle.
+//! way to try a change to the kernel (`experiments/` holds three that measured slower).
+//! `--tune` still checks its answers against the oracle. `--layout
+//! threads,key_steps,pv_steps,scores` tunes that layout alone. `--write-shader` writes the
+//! kernels with the layout's constants set and loops unrolled, as the driver gets them, for
+//! lesson 10's `shader_stats --wgsl` to report their registers.
 //!
 //! Every configuration is first checked against the f64 oracle (grouped heads, on the
 //! f16-rounded cache), then timed: GPU time from timestamp queries, calls back to back (a model
@@ -31,7 +37,9 @@ use bench::report::{in_workspace, list_arg};
 use bench::{Figures, Machine, Measurements, Peer, PeerProblem, Plot};
 use gpu::kernel::{Dispatch, bind, compile, launch_repeated};
 use gpu::{Gpu, GpuTimer, buffers};
-use lesson11::gpu_decode::{DecodeCall, GpuCache, KernelShape, round_to_f16};
+use lesson11::gpu_decode::{
+    DecodeCall, GpuCache, KernelShape, kernel_source_of, round_to_f16, rows_per_workgroup,
+};
 use lesson11::problem::{DecodeProblem, DecodeSpec};
 use reference::{AttentionError, Expected, Tolerance};
 
@@ -89,8 +97,13 @@ fn main() -> Result<(), String> {
         }
         None => lesson11::gpu_decode::SHADER.to_string(),
     };
+    let layout = layout_arg(&args)?;
+    if let Some(i) = args.iter().position(|a| a == "--write-shader") {
+        let path = args.get(i + 1).ok_or("--write-shader needs the path of the file to write")?;
+        return write_shader(&sizes, &shader, layout.unwrap_or_default(), path);
+    }
     if args.iter().any(|a| a == "--tune") {
-        return tune(gpu, &timer, &sizes, &shader);
+        return tune(gpu, &timer, &sizes, &shader, layout);
     }
     // The copy also warms the GPU up before anything else is timed: a GPU that idled starts
     // at a low clock, and the first kernel timed would pay for it.
@@ -229,7 +242,13 @@ fn main() -> Result<(), String> {
 /// (16K, 32K and the longest; the longest alone with `--quick`), each layout checked against
 /// the oracle first: what the defaults were chosen from, and how a step's time splits into a
 /// fixed part and a part that grows with the cache.
-fn tune(gpu: &Gpu, timer: &GpuTimer, sizes: &Sizes, shader: &str) -> Result<(), String> {
+fn tune(
+    gpu: &Gpu,
+    timer: &GpuTimer,
+    sizes: &Sizes,
+    shader: &str,
+    layout: Option<KernelShape>,
+) -> Result<(), String> {
     let longest = sizes.runs.iter().flat_map(|(_, lens)| lens.iter().copied()).max().unwrap_or(1);
     let lens = if longest > 1 << 15 { vec![1 << 14, 1 << 15, longest] } else { vec![longest] };
     // (threads, keys and values loaded at once, scores held): the layout tuned on an H100 in
@@ -247,14 +266,26 @@ fn tune(gpu: &Gpu, timer: &GpuTimer, sizes: &Sizes, shader: &str) -> Result<(), 
         (256, 1, 16, 1024),
         (256, 1, 16, 2048),
     ];
+    let shapes: Vec<KernelShape> = match layout {
+        Some(layout) => vec![layout],
+        None => shapes
+            .into_iter()
+            .map(|(threads, key_steps, pv_steps, scores)| KernelShape {
+                threads,
+                key_steps,
+                pv_steps,
+                scores,
+            })
+            .collect(),
+    };
     for len in lens {
         let (p, cache) = problem_on_gpu(gpu, sizes, 1, len, 1)?;
         let expected = expected_f16(&p)?;
         let mb = cache.bytes_per_step() / 1_000_000;
         println!("\nTuning at B = 1, {len} tokens ({mb} MB of cache):");
         println!("threads  key steps  value steps  scores  splits       us  partials us    GB/s");
-        for (threads, key_steps, pv_steps, scores) in shapes {
-            let shape = KernelShape { threads, key_steps, pv_steps, scores };
+        for &shape in &shapes {
+            let KernelShape { threads, key_steps, pv_steps, scores } = shape;
             for (i, splits) in [16, 32, 64, 128, 256].into_iter().enumerate() {
                 let call = DecodeCall::with_shader(
                     &gpu.device,
@@ -410,6 +441,36 @@ fn anatomy(gpu: &Gpu, timer: &GpuTimer, sizes: &Sizes, shader: &str) -> Result<(
             );
         }
     }
+    Ok(())
+}
+
+/// `--layout threads,key_steps,pv_steps,scores`, if given: one layout of the split kernel.
+fn layout_arg(args: &[String]) -> Result<Option<KernelShape>, String> {
+    if !args.iter().any(|a| a == "--layout") {
+        return Ok(None);
+    }
+    match list_arg(args, "--layout", Vec::new())?[..] {
+        [threads, key_steps, pv_steps, scores] => {
+            Ok(Some(KernelShape { threads, key_steps, pv_steps, scores }))
+        }
+        _ => Err("--layout needs 4 numbers: threads,key_steps,pv_steps,scores".into()),
+    }
+}
+
+/// Writes the kernels as the driver gets them, for `sizes`' heads and `kernel`'s layout:
+/// constants set, loops unrolled. Lesson 10's `shader_stats --wgsl` then reports what the
+/// driver's compiler made of them (registers, spills).
+fn write_shader(
+    sizes: &Sizes,
+    shader: &str,
+    kernel: KernelShape,
+    path: &str,
+) -> Result<(), String> {
+    let padded_dim = sizes.head_dim.next_multiple_of(8);
+    let rows = rows_per_workgroup(sizes.q_heads / sizes.kv_heads, padded_dim);
+    let source = kernel_source_of(shader, padded_dim, rows, kernel).map_err(|e| e.to_string())?;
+    std::fs::write(path, source).map_err(|e| format!("writing {path}: {e}"))?;
+    println!("Wrote {path}: {kernel:?}, D = {padded_dim}, {rows} query heads per workgroup");
     Ok(())
 }
 

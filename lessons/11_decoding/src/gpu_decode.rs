@@ -621,8 +621,9 @@ pub fn kernel_source_with(
     kernel_source_of(SHADER, padded_dim, rows, kernel)
 }
 
-/// [`kernel_source_with`] of another text of the shader (see [`DecodeCall::with_shader`]).
-fn kernel_source_of(
+/// [`kernel_source_with`] of another text of the shader (see [`DecodeCall::with_shader`]):
+/// what the benchmark's `--write-shader` gives the driver-statistics example.
+pub fn kernel_source_of(
     shader: &str,
     padded_dim: usize,
     rows: usize,
@@ -712,5 +713,30 @@ mod tests {
         }
         assert!(SHADER.contains("var dots: array<f32, 2u * MAX_ROWS>;"));
         assert!(SHADER.contains("var acc: array<vec4<f32>, 2u * MAX_ROWS>;"));
+    }
+
+    /// The workgroup memory the host counts to fit a layout on a device is what the shader
+    /// declares, for layouts from 32 to 256 threads at head dims 8 to 256 (beside the merge's
+    /// own: the weights of up to `MAX_SPLITS` splits, and a maximum, a sum and 4 sums per
+    /// thread of its 128).
+    #[test]
+    fn the_host_counts_the_workgroup_memory_the_shader_declares() {
+        assert!(SHADER.contains("const MERGE_THREADS: u32 = 128u;"));
+        let merge = 4 * (MAX_SPLITS + 128 * (1 + 1 + 4));
+        for padded_dim in [8, 64, 72, 128, 256] {
+            for rows in [1, 2, 4, 8] {
+                for threads in [32, 64, 128, 256].into_iter().filter(|t| t * 8 >= padded_dim) {
+                    let kernel = KernelShape { threads, key_steps: 1, pv_steps: 8, scores: 512 };
+                    let source = kernel_source_with(padded_dim, rows, kernel).unwrap();
+                    let declared = gpu::kernel::workgroup_memory_bytes(&source).unwrap();
+                    let counted = workgroup_bytes(kernel, padded_dim, rows);
+                    assert_eq!(
+                        counted + merge,
+                        declared,
+                        "{kernel:?}, D = {padded_dim}, {rows} rows"
+                    );
+                }
+            }
+        }
     }
 }

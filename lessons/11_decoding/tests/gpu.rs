@@ -128,6 +128,51 @@ fn other_kernel_layouts_give_the_oracles_answer() {
     }
 }
 
+/// The kernels of `experiments/` (measured slower than the lesson's, kept so that they can be
+/// measured again), at the layouts their headers name: they too give the oracle's answer, on
+/// chunks of several tiles, so that their times compare like with like.
+#[test]
+fn the_experiments_give_the_oracles_answer() {
+    let Some(gpu) = gpu::for_tests() else { return };
+    let spec = DecodeSpec {
+        q_heads: 8,
+        kv_heads: 2,
+        lens: vec![1100, 300],
+        q_len: 1,
+        head_dim: 64,
+        causal: true,
+        seed: 9,
+    };
+    let p = DecodeProblem::random(&spec);
+    let cache = GpuCache::upload(&gpu.device, &p.paged(32, 0).unwrap()).unwrap();
+    let keys: Vec<Array3<f32>> = p.keys.iter().map(round_to_f16).collect();
+    let values: Vec<Array3<f32>> = p.values.iter().map(round_to_f16).collect();
+    let experiments = [
+        (include_str!("../experiments/values_before_scores.wgsl"), (128, 1, 8, 512)),
+        (include_str!("../experiments/split_dot_products.wgsl"), (128, 1, 8, 512)),
+        (include_str!("../experiments/own_softmax_per_thread.wgsl"), (32, 2, 16, 256)),
+    ];
+    for (shader, (threads, key_steps, pv_steps, scores)) in experiments {
+        let name = shader.lines().nth(1).unwrap_or_default();
+        let shape = KernelShape { threads, key_steps, pv_steps, scores };
+        let call = DecodeCall::with_shader(
+            &gpu.device,
+            &cache,
+            &p.q,
+            &p.options(),
+            Some(3),
+            shape,
+            shader,
+        )
+        .unwrap();
+        call.run(&gpu.device, &gpu.queue, None, 1).unwrap();
+        let out = call.read(&gpu.device, &gpu.queue).unwrap();
+        p.check_with(&out, Tolerance::F32, &keys, &values)
+            .map_err(|e| format!("{name} {shape:?}: {e}"))
+            .unwrap();
+    }
+}
+
 /// Eight query heads per workgroup make tiles of 512 keys: one chunk of 1500 keys takes three
 /// tiles, the online softmax rescaling between them. Logits x 8 make the maximum move.
 #[test]

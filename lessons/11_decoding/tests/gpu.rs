@@ -147,13 +147,27 @@ fn the_experiments_give_the_oracles_answer() {
     let cache = GpuCache::upload(&gpu.device, &p.paged(32, 0).unwrap()).unwrap();
     let keys: Vec<Array3<f32>> = p.keys.iter().map(round_to_f16).collect();
     let values: Vec<Array3<f32>> = p.values.iter().map(round_to_f16).collect();
+    macro_rules! experiment {
+        ($name:literal, $layout:expr) => {
+            ($name, include_str!(concat!("../experiments/", $name)), $layout)
+        };
+    }
     let experiments = [
-        (include_str!("../experiments/values_before_scores.wgsl"), (128, 1, 8, 512)),
-        (include_str!("../experiments/split_dot_products.wgsl"), (128, 1, 8, 512)),
-        (include_str!("../experiments/own_softmax_per_thread.wgsl"), (32, 2, 16, 256)),
+        experiment!("values_before_scores.wgsl", (128, 1, 8, 512)),
+        experiment!("split_dot_products.wgsl", (128, 1, 8, 512)),
+        experiment!("own_softmax_per_thread.wgsl", (32, 2, 16, 256)),
+        experiment!("keys_in_halves.wgsl", (128, 1, 8, 512)),
     ];
-    for (shader, (threads, key_steps, pv_steps, scores)) in experiments {
-        let name = shader.lines().nth(1).unwrap_or_default();
+    let folder = concat!(env!("CARGO_MANIFEST_DIR"), "/experiments");
+    let mut files: Vec<String> = std::fs::read_dir(folder)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    let mut named: Vec<String> = experiments.iter().map(|(name, ..)| name.to_string()).collect();
+    named.sort();
+    assert_eq!(files, named, "every file of experiments/ is checked here, at its layout");
+    for (name, shader, (threads, key_steps, pv_steps, scores)) in experiments {
         let shape = KernelShape { threads, key_steps, pv_steps, scores };
         let call = DecodeCall::with_shader(
             &gpu.device,

@@ -14,7 +14,9 @@ being the median time of one call (nan where the backend cannot run the problem)
 
 Backends, each given the grouped K/V heads as they are (`enable_gqa=True`, no copy):
 flash_fp16 (FlashAttention-2), efficient_fp16 and efficient_fp32 (the memory-efficient kernel),
-cudnn_fp16, math_fp16; flash_attn_kvcache_fp16 (the flash-attn package's
+cudnn_fp16, math_fp16; efficient_fp16_expanded_kv and efficient_fp32_expanded_kv, the
+memory-efficient kernel on K and V repeated to the query heads before the timing (it refuses
+grouped heads, and then reads G times the bytes); flash_attn_kvcache_fp16 (the flash-attn package's
 flash_attn_with_kvcache, its split-KV decoding kernel) when that package is installed; and
 flash_fp16_graph and cudnn_fp16_graph, the same calls captured in a CUDA graph and replayed, which
 removes Python's launch time between calls (where a call takes less GPU time than Python takes
@@ -94,15 +96,21 @@ def graph_seconds(call, repeats, calls_per_sample):
     return median_seconds(graph.replay, repeats, 1) / calls_per_sample
 
 
-def sdpa_call(backend, dtype, b, h, kv_heads, n, d):
+def sdpa_call(backend, dtype, b, h, kv_heads, n, d, expand=False):
+    """One SDPA call; with `expand`, K and V repeated to the `h` query heads first (outside the
+    timing), for a backend that refuses grouped heads: it then reads h / kv_heads times the
+    bytes of the grouped cache."""
     sdpa = torch.nn.functional.scaled_dot_product_attention
     q = torch.randn(b, h, 1, d, device="cuda", dtype=dtype)
     k = torch.randn(b, kv_heads, n, d, device="cuda", dtype=dtype)
     v = torch.randn(b, kv_heads, n, d, device="cuda", dtype=dtype)
+    if expand:
+        k, v = (x.repeat_interleave(h // kv_heads, dim=1) for x in (k, v))
+    grouped = k.shape[1] != h
 
     def call():
         with sdpa_kernel(backend):
-            sdpa(q, k, v, enable_gqa=kv_heads != h)
+            sdpa(q, k, v, enable_gqa=grouped)
 
     return call
 
@@ -183,6 +191,14 @@ def main():
             for name, backend, dtype in SDPA_BACKENDS
         ]
         graphed = [(f"{name}_graph", make) for name, make in calls if name in GRAPHED]
+        if args.kv_heads != h:
+            # The memory-efficient kernel refuses grouped heads: also timed on K and V repeated
+            # to the query heads, named apart so that no one mistakes it for the grouped call.
+            calls += [
+                (f"{name}_expanded_kv", lambda backend=backend, dtype=dtype: sdpa_call(backend, dtype, b, h, args.kv_heads, n, d, expand=True))
+                for name, backend, dtype in SDPA_BACKENDS
+                if name.startswith("efficient")
+            ]
         if flash_attn_with_kvcache is not None:
             calls.append(("flash_attn_kvcache_fp16", lambda: flash_attn_call(b, h, args.kv_heads, n, d)))
         calls.append(("copy_fp16", lambda: copy_call(b, args.kv_heads, n, d)))

@@ -12,7 +12,7 @@
 //! cargo run --release -p lesson10 --example shader_stats                  # D = 64, 128, 256
 //! cargo run --release -p lesson10 --example shader_stats -- --head-dims 64 --out stats/
 //! cargo run --release -p lesson10 --example shader_stats -- --only v6,v8     # names starting so
-//! cargo run --release -p lesson10 --example shader_stats -- --wgsl k.wgsl --entry main --bindings us
+//! cargo run --release -p lesson10 --example shader_stats -- --wgsl k.wgsl --entry main
 //! ```
 //!
 //! With `--out DIR`, each kernel's statistics and the driver's internal representations (where
@@ -341,6 +341,11 @@ fn main() -> Result<(), String> {
     if let Some(dir) = &out {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
+    if args.iter().any(|a| a == "--wgsl") {
+        let path = value("--wgsl").ok_or("--wgsl needs the path of a WGSL file")?;
+        let entry = value("--entry").ok_or("--wgsl needs --entry NAME, the entry point")?;
+        return any_kernel(path, entry);
+    }
     let gpu = Gpu::shared().map_err(|e| e.to_string())?;
     let vulkan = Vulkan::open()?;
     println!(
@@ -349,9 +354,6 @@ fn main() -> Result<(), String> {
         vulkan.name,
         bench::Machine::this().date
     );
-    if let Some(path) = value("--wgsl") {
-        return any_kernel(&vulkan, path, value("--entry"), value("--bindings"));
-    }
     // The microbenchmark's kernels (examples/primitives.wgsl): fragments from registers and
     // from workgroup memory at full speed, for comparison.
     println!("\nprimitives.wgsl");
@@ -408,32 +410,45 @@ fn main() -> Result<(), String> {
 
 /// The statistics of entry point `entry` of the WGSL file at `path`, taken as it is (constants
 /// set, loops unrolled: lesson 11's `decode_benchmark --write-shader` writes its kernels so),
-/// its bindings 0, 1, ... given by `bindings` as letters: `u` a uniform buffer, `s` a storage
-/// buffer.
-fn any_kernel(
-    vulkan: &Vulkan,
-    path: &str,
-    entry: Option<&String>,
-    bindings: Option<&String>,
-) -> Result<(), String> {
-    let (Some(entry), Some(bindings)) = (entry, bindings) else {
-        return Err(
-            "--wgsl needs --entry NAME and --bindings LETTERS (u uniform, s storage)".into()
-        );
-    };
-    let types = bindings
-        .chars()
-        .map(|c| match c {
-            'u' => Ok(vk::DescriptorType::UNIFORM_BUFFER),
-            's' => Ok(vk::DescriptorType::STORAGE_BUFFER),
-            other => Err(format!("--bindings: {other:?} is neither u (uniform) nor s (storage)")),
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+/// with the bindings the file declares.
+fn any_kernel(path: &str, entry: &str) -> Result<(), String> {
     let source = std::fs::read_to_string(path).map_err(|e| format!("reading {path}: {e}"))?;
+    let types = declared_bindings(&source).map_err(|e| format!("{path}: {e}"))?;
     let words =
         gpu::kernel::spirv(&source, entry, &[], Checks::Off).map_err(|e| format!("{path}: {e}"))?;
-    let entry_name = std::ffi::CString::new(entry.as_str()).map_err(|e| e.to_string())?;
+    let entry_name = std::ffi::CString::new(entry).map_err(|e| e.to_string())?;
+    let vulkan = Vulkan::open()?;
+    println!("Statistics from {}; {}", vulkan.name, bench::Machine::this().date);
     let compiled = vulkan.statistics(&words, &entry_name, &types)?;
     println!("{path} {entry}: {}", compiled.statistics.join(", "));
     Ok(())
+}
+
+/// The descriptor type of each binding the WGSL `source` declares, in order: group 0, bindings
+/// 0, 1, ... with no gap, each a uniform or a storage buffer (what the course's kernels use).
+fn declared_bindings(source: &str) -> Result<Vec<vk::DescriptorType>, String> {
+    let module = naga::front::wgsl::parse_str(source).map_err(|e| e.emit_to_string(source))?;
+    let mut types = std::collections::BTreeMap::new();
+    for (_, global) in module.global_variables.iter() {
+        let Some(binding) = &global.binding else { continue };
+        let number = binding.binding;
+        let kind = match global.space {
+            _ if binding.group != 0 => {
+                return Err(format!("binding {number} is in group {}, not 0", binding.group));
+            }
+            naga::AddressSpace::Uniform => vk::DescriptorType::UNIFORM_BUFFER,
+            naga::AddressSpace::Storage { .. } => vk::DescriptorType::STORAGE_BUFFER,
+            other => {
+                return Err(format!(
+                    "binding {number} is {other:?}, not a uniform or storage buffer"
+                ));
+            }
+        };
+        types.insert(number, kind);
+    }
+    if !types.keys().copied().eq(0..types.len() as u32) {
+        let numbers: Vec<u32> = types.keys().copied().collect();
+        return Err(format!("bindings {numbers:?}: expected 0, 1, ... with no gap"));
+    }
+    Ok(types.into_values().collect())
 }

@@ -83,14 +83,6 @@ fn main() -> Result<(), String> {
     let batches = list_arg(&args, "--batches", batches)?;
     sizes.runs.retain(|(b, _)| batches.contains(b));
     let figures = Figures::from_args(&args)?;
-    let gpu = Gpu::shared().map_err(|e| e.to_string())?;
-    let timer = GpuTimer::new(&gpu.device, &gpu.queue).map_err(|e| e.to_string())?;
-    let Sizes { q_heads, kv_heads, head_dim, .. } = sizes;
-    println!("Device: {}; {}", gpu.describe(), Machine::this().date);
-    println!(
-        "One decoding step: Hq={q_heads} query heads sharing Hkv={kv_heads} K/V heads, D={head_dim}, \
-         f16 cache, one query per sequence; GPU time per step, median"
-    );
     let shader = match args.iter().position(|a| a == "--shader") {
         Some(i) => {
             let path = args.get(i + 1).ok_or("--shader needs the path of a WGSL file")?;
@@ -103,6 +95,17 @@ fn main() -> Result<(), String> {
         let path = args.get(i + 1).ok_or("--write-shader needs the path of the file to write")?;
         return write_shader(&sizes, &shader, layout.unwrap_or_default(), path);
     }
+    if layout.is_some() && !args.iter().any(|a| a == "--tune") {
+        return Err("--layout is for --tune and --write-shader".into());
+    }
+    let gpu = Gpu::shared().map_err(|e| e.to_string())?;
+    let timer = GpuTimer::new(&gpu.device, &gpu.queue).map_err(|e| e.to_string())?;
+    let Sizes { q_heads, kv_heads, head_dim, .. } = sizes;
+    println!("Device: {}; {}", gpu.describe(), Machine::this().date);
+    println!(
+        "One decoding step: Hq={q_heads} query heads sharing Hkv={kv_heads} K/V heads, D={head_dim}, \
+         f16 cache, one query per sequence; GPU time per step, median"
+    );
     if args.iter().any(|a| a == "--tune") {
         return tune(gpu, &timer, &sizes, &shader, layout);
     }
@@ -220,7 +223,8 @@ fn main() -> Result<(), String> {
             let mut lines =
                 vec![("WGSL, chosen splits", "ours us"), ("WGSL, 1 split", "ours 1 split us")];
             for (b, column) in backends.iter().zip(&peer_columns) {
-                if !b.starts_with("copy") && !b.starts_with("math") {
+                if !b.starts_with("copy") && !b.starts_with("math") && !b.ends_with("_expanded_kv")
+                {
                     lines.push((b.as_str(), column.as_str()));
                 }
             }
@@ -473,6 +477,7 @@ fn write_shader(
 ) -> Result<(), String> {
     let padded_dim = sizes.head_dim.next_multiple_of(8);
     let rows = rows_per_workgroup(sizes.q_heads / sizes.kv_heads, padded_dim);
+    kernel.check(padded_dim, rows).map_err(|e| e.to_string())?;
     let source = kernel_source_of(shader, padded_dim, rows, kernel).map_err(|e| e.to_string())?;
     std::fs::write(path, source).map_err(|e| format!("writing {path}: {e}"))?;
     println!("Wrote {path}: {kernel:?}, D = {padded_dim}, {rows} query heads per workgroup");

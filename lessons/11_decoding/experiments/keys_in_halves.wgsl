@@ -12,6 +12,8 @@
 //
 // cargo run --release -p lesson11 --example decode_benchmark -- --tune --batches 1 \
 //     --shader lessons/11_decoding/experiments/keys_in_halves.wgsl --layout 128,1,8,512
+// The same command without --shader times the lesson's kernel, and without --layout
+// every layout the benchmark tries.
 
 // Flash-decoding in two kernels: attention of one new query per sequence over a KV cache
 // stored in f16, in blocks (PagedAttention's layout; a contiguous cache is one block per
@@ -147,7 +149,7 @@ fn split_partials(
 
     for (var tile = start; tile < end; tile += TILE) {
         let n = min(TILE, end - tile);
-                // Scores: one key per thread, its dot product with every row.
+        // Scores: one key per thread, its dot product with every row.
         var tile_max: array<f32, MAX_ROWS>;
         // unroll
         for (var r = 0u; r < ROWS; r++) {
@@ -162,8 +164,10 @@ fn split_partials(
                 keys[u] = token_address(b, g, tile + min(t0 + u * THREADS, n - 1u));
             }
             var dots: array<f32, 2u * MAX_ROWS>; // [u * MAX_ROWS + r], KEY_STEPS <= 2
-            // Two halves of the packs, one after the other (a trip count the driver cannot
-            // see, so that it does not unroll them and ask for all 16 packs at once).
+            // Two halves of the packs, one after the other. The trip count is 2, written so
+            // that the driver cannot see it (no call has 2^32 - 1 splits) and does not unroll
+            // the loop and ask for all the packs at once; `p < PACKS` guards a third half
+            // anyway, and the last pack of an odd number of them.
             let halves = select(2u, 3u, params.splits == 0xffffffffu);
             for (var half = 0u; half < halves; half++) {
                 // unroll
@@ -198,7 +202,7 @@ fn split_partials(
                 }
             }
         }
-                // Each row's maximum over the tile: a tree over the threads.
+        // Each row's maximum over the tile: a tree over the threads.
         // unroll
         for (var r = 0u; r < ROWS; r++) {
             reduce[r * THREADS + tid] = tile_max[r];

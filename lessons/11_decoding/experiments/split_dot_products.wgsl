@@ -15,6 +15,8 @@
 //
 // cargo run --release -p lesson11 --example decode_benchmark -- --tune --batches 1 \
 //     --shader lessons/11_decoding/experiments/split_dot_products.wgsl --layout 128,1,8,512
+// The same command without --shader times the lesson's kernel, and without --layout
+// every layout the benchmark tries.
 
 // Flash-decoding in two kernels: attention of one new query per sequence over a KV cache
 // stored in f16, in blocks (PagedAttention's layout; a contiguous cache is one block per
@@ -30,18 +32,19 @@
 // 2. `merge_splits`: one workgroup per (query head, sequence) combines the partial results
 //    with the logsumexp merge of lesson 02.
 //
-// Inside a workgroup the chunk is walked in tiles of TILE keys, with two barriers per tile:
-//   loads     each thread first asks for the values it will weigh (they do not depend on the
-//             scores), so that they arrive while the keys are scored;
-//   scores    one thread per key: its dot products with the ROWS queries (q pre-scaled by
-//             scale * log2(e), so that exp2 gives e^score), kept in workgroup memory;
-//   P V       threads in a grid of PACKS x LANES: a thread owns 8 dimensions (one 16-byte
-//             pack of f16) and every LANES-th key, so neighbouring threads read neighbouring
-//             bytes of a value row. Each thread keeps its own online softmax (lesson 02) over
-//             its keys: its own maximum, sum and 8 weighted sums per row, in registers. No
-//             thread waits for a maximum over the tile.
-// When the chunk is done, the lanes' results are merged as the splits will be: rescaled to
-// the largest of their maxima and added.
+// Inside a workgroup the chunk is walked in tiles of TILE keys, with the online softmax of
+// lesson 03 between tiles:
+//   loads     threads in a grid of PACKS x LANES: a thread asks for one 16-byte pack of each
+//             of its keys (every LANES-th of the tile) and of their values, all at once; the
+//             tile's addresses were found by the tile before;
+//   partials  each thread's 8 dimensions of each key's dot products with the ROWS queries
+//             (held in registers, pre-scaled by scale * log2(e)), kept in workgroup memory;
+//   scores    one thread per key adds its PACKS partials; a tree over the threads gives each
+//             row's maximum over the tile, and each thread turns its keys' scores into
+//             weights p = 2^(s - m);
+//   P V       each thread weighs the values it loaded with their keys; its 8 sums per row
+//             stay in registers until the end.
+// The lanes' sums are added once, when the chunk is done.
 
 struct DecodeParams {
     q_heads: u32,       // Hq

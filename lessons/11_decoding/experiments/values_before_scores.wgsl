@@ -13,6 +13,8 @@
 //
 // cargo run --release -p lesson11 --example decode_benchmark -- --tune --batches 1 \
 //     --shader lessons/11_decoding/experiments/values_before_scores.wgsl --layout 128,1,8,512
+// The same command without --shader times the lesson's kernel, and without --layout
+// every layout the benchmark tries.
 
 // Flash-decoding in two kernels: attention of one new query per sequence over a KV cache
 // stored in f16, in blocks (PagedAttention's layout; a contiguous cache is one block per

@@ -56,7 +56,7 @@ pub struct KernelShape {
 impl Default for KernelShape {
     /// The fastest layout `--tune` found on an H200 (2026-11-26, B = 1, Hq = 32, Hkv = 8,
     /// D = 128, 512 workgroups): 128 threads, 1 key and 8 values loaded at once, 512 scores
-    /// (tiles of 128 keys for 4 query heads, 11 KiB of workgroup memory). Against the layout
+    /// (tiles of 128 keys for 4 query heads, 10.5 KiB of workgroup memory). Against the layout
     /// tuned on an H100 a day before (1024 scores), with the 512 workgroups [`gpu_splits`] aims
     /// at: 16K tokens in 32 us against 43, 128K in 159 us against 224.
     fn default() -> Self {
@@ -65,6 +65,29 @@ impl Default for KernelShape {
 }
 
 impl KernelShape {
+    /// Whether this layout fits the shader for a padded head dim and `rows` query heads per
+    /// workgroup, on any device: threads a power of two from `D / 8` to 1024, steps from 1 to
+    /// 2 (keys; the shader's `dots` holds two keys' rows) and 1 to 16 (values), scores a power
+    /// of two from `rows` to `SCORES`.
+    pub fn check(self, padded_dim: usize, rows: usize) -> Result<(), AttentionError> {
+        let Self { threads, key_steps, pv_steps, scores } = self;
+        let fits = threads.is_power_of_two()
+            && (padded_dim / 8..=1024).contains(&threads)
+            && (1..=2).contains(&key_steps)
+            && (1..=16).contains(&pv_steps)
+            && scores.is_power_of_two()
+            && (rows..=SCORES).contains(&scores);
+        if fits {
+            return Ok(());
+        }
+        Err(gpu::GpuError::KernelMisuse(format!(
+            "{self:?} for D = {padded_dim}: expected threads a power of two from D / 8 to \
+             1024, 1 or 2 key steps, 1 to 16 value steps, scores a power of two from {rows} to \
+             {SCORES}"
+        ))
+        .into())
+    }
+
     /// The default layout, its scores halved until it fits the device's workgroup memory or
     /// they are down to `rows` (at `D = 256` with 8 query heads the rest alone takes 16 KiB,
     /// WebGPU's least; a call then reports that the layout does not fit).
@@ -437,7 +460,8 @@ impl DecodeCall {
 
     /// [`DecodeCall::with_shape`] compiled from another text of `decode.wgsl`: for measuring
     /// what a part of the kernel costs (the benchmark's `--anatomy` times it with some loads
-    /// taken out). Only [`SHADER`] is tested; an edited kernel's answers are not checked.
+    /// taken out). The tests check [`SHADER`] and the kernels of `experiments/`; any other
+    /// text's answers are checked only by the benchmark's `--tune`.
     #[allow(clippy::too_many_arguments)]
     pub fn with_shader(
         device: &wgpu::Device,
@@ -641,30 +665,16 @@ pub fn kernel_source_of(
     lesson10::unroll(&lesson10::specialise(shader, &constants)?)
 }
 
-/// Whether `kernel` fits the shader and the device: threads a power of two from `D / 8` to
-/// 1024, steps from 1 to 2 (keys; the shader's `dots` holds two keys' rows) and 1 to 16
-/// (values), workgroup memory within the device's limit.
+/// Whether `kernel` fits the shader and the device: [`KernelShape::check`], and workgroup
+/// memory within the device's limit.
 fn check_kernel_shape(
     device: &wgpu::Device,
     kernel: KernelShape,
     padded_dim: usize,
     rows: usize,
 ) -> Result<(), AttentionError> {
-    let KernelShape { threads, key_steps, pv_steps, scores } = kernel;
-    let fits = threads.is_power_of_two()
-        && (padded_dim / 8..=1024).contains(&threads)
-        && (1..=2).contains(&key_steps)
-        && (1..=16).contains(&pv_steps)
-        && scores.is_power_of_two()
-        && (rows..=SCORES).contains(&scores);
-    if !fits {
-        return Err(gpu::GpuError::KernelMisuse(format!(
-            "{kernel:?} for D = {padded_dim}: expected threads a power of two from D / 8 to \
-             1024, 1 or 2 key steps, 1 to 16 value steps, scores a power of two from {rows} to \
-             {SCORES}"
-        ))
-        .into());
-    }
+    kernel.check(padded_dim, rows)?;
+    let threads = kernel.threads;
     let bytes = workgroup_bytes(kernel, padded_dim, rows) as u64;
     let limit = u64::from(device.limits().max_compute_workgroup_storage_size);
     if bytes > limit {

@@ -129,7 +129,7 @@ fn other_kernel_layouts_give_the_oracles_answer() {
 }
 
 /// The kernels of `experiments/` (measured slower than the lesson's, kept so that they can be
-/// measured again), at the layouts their headers name: they too give the oracle's answer, on
+/// measured again), each at a layout its header names: they too give the oracle's answer, on
 /// chunks of several tiles, so that their times compare like with like.
 #[test]
 fn the_experiments_give_the_oracles_answer() {

@@ -444,24 +444,12 @@ impl DecodeCall {
         Self::prepare(device, cache, q, options, splits, None, SHADER)
     }
 
-    /// [`DecodeCall::new`] with another layout of the split kernel; an error if its
-    /// workgroup memory is beyond the device's limit or its threads are not a power of two
-    /// of at least `D / 8`.
-    pub fn with_shape(
-        device: &wgpu::Device,
-        cache: &GpuCache,
-        q: &Array4<f32>,
-        options: &AttentionOptions,
-        splits: Option<usize>,
-        kernel: KernelShape,
-    ) -> Result<Self, AttentionError> {
-        Self::prepare(device, cache, q, options, splits, Some(kernel), SHADER)
-    }
-
-    /// [`DecodeCall::with_shape`] compiled from another text of `decode.wgsl`: for measuring
-    /// what a part of the kernel costs (the benchmark's `--anatomy` times it with some loads
-    /// taken out). The tests check [`SHADER`] and the kernels of `experiments/`; any other
-    /// text's answers are checked only by the benchmark's `--tune`.
+    /// [`DecodeCall::new`] with another layout of the split kernel (an error if it does not fit
+    /// the shader, [`KernelShape::check`], or the device's workgroup memory), compiled from
+    /// `shader`: [`SHADER`] itself, or another text of it, for measuring what a part of the
+    /// kernel costs (the benchmark's `--anatomy` times it with some loads taken out) or trying
+    /// a change (`--tune --shader`). The tests check [`SHADER`] and the kernels of
+    /// `experiments/`; any other text's answers are checked only by the benchmark's `--tune`.
     #[allow(clippy::too_many_arguments)]
     pub fn with_shader(
         device: &wgpu::Device,

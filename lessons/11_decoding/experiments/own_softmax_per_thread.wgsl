@@ -9,8 +9,9 @@
 // D = 128, in one run with the lesson's kernel, each at its best layout and splits:
 //   16K tokens 36.7 us against 31.9, 32K 60.0 against 50.9, 128K 193.7 against 160.3.
 // The 16 threads that share a key each compute its weight (16 times the exponentials), and
-// the driver gives it 255 registers per thread (`shader_stats`), the most there are: 8
-// workgroups of 32 threads per multiprocessor, 256 threads, where the lesson's kernel has 512.
+// the driver gives it 255 registers per thread (`shader_stats`), the most there are, and at
+// layout 32,2,16,256 16 bytes of local memory: 8 workgroups of 32 threads per
+// multiprocessor, 256 threads, where the lesson's kernel has 512.
 //
 // cargo run --release -p lesson11 --example decode_benchmark -- --tune --batches 1 \
 //     --shader lessons/11_decoding/experiments/own_softmax_per_thread.wgsl --layout 32,2,16,256

@@ -26,12 +26,14 @@
 //! decodes step after step), median of several samples. The peer script times PyTorch the
 //! same way (CUDA events around calls back to back): SDPA's backends given the grouped heads
 //! as they are (and the memory-efficient one, which refuses them, on K and V repeated to the
-//! query heads: `*_expanded_kv`, left out of `best SDPA`), flash-attn's `flash_attn_with_kvcache` where installed, and a copy of the cache's
-//! size. Achieved bandwidth is the cache's bytes over the time of one step (the partial
-//! results, written and read back, add 12% to the bytes at 1K tokens and batch 1, under 1%
-//! from 64K tokens). The peer's times include the host's launch time wherever the GPU runs out
-//! of work between calls (short caches): its flat 50-100 us there is that, not bandwidth. Writes `decode_gpu_b<B>.csv` and
-//! `decode_gpu.svg`, `decode_bandwidth.svg` to `--out` (default `book/src/figures`).
+//! query heads: `*_expanded_kv`, left out of `best SDPA`), flash-attn's
+//! `flash_attn_with_kvcache` where installed, and a copy of the cache's size. Achieved
+//! bandwidth is the cache's bytes over the time of one step (the partial results, written and
+//! read back, add 12% to the bytes at 1K tokens and batch 1, under 1% from 64K tokens). The
+//! peer's times include the host's launch time wherever the GPU runs out of work between calls
+//! (short caches): its flat 50-100 us there is that, not bandwidth. Writes
+//! `decode_gpu_b<B>.csv` and `decode_gpu.svg`, `decode_bandwidth.svg` to `--out` (default
+//! `book/src/figures`).
 
 use bench::plot::Scale;
 use bench::report::{in_workspace, list_arg};

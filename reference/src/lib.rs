@@ -13,7 +13,7 @@
 //!   than query heads), and the mapping of query heads onto K/V heads.
 //! * [`problem`]: seeded random problems (proptest strategies over them and the test bodies
 //!   every stage shares are in the test-only `testkit` crate).
-//! * [`compare`]: the error model, and element-wise comparison with the oracle.
+//! * [`compare`](mod@compare): the error model, and element-wise comparison with the oracle.
 //! * [`memory`]: a counting allocator that measures peak heap bytes.
 //! * [`layout`]: `[B, N, H, D]` <-> `[B, H, N, D]`.
 

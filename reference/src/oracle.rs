@@ -4,8 +4,8 @@
 //! not speed: it materialises the whole score matrix of one head and works row by row.
 //!
 //! [`expected`] and [`expected_gradients`] return the same answers together with the size of
-//! the terms behind every element, which the error model of [`crate::compare`] turns into the
-//! error each element may carry.
+//! the terms behind every element, which the error model of
+//! [`crate::compare`](mod@crate::compare) turns into the error each element may carry.
 
 use std::ops::Range;
 

@@ -55,7 +55,8 @@ pub struct About {
     pub kind: Kind,
     /// The format its inputs are stored in.
     pub storage: Storage,
-    /// How close to the f64 oracle it must be (the error model of [`crate::compare`]).
+    /// How close to the f64 oracle it must be (the error model of
+    /// [`crate::compare`](mod@crate::compare)).
     pub tolerance: Tolerance,
     /// One line: what this version changes from the one before it, and why.
     pub change: &'static str,

@@ -25,7 +25,7 @@ pub fn run(
 
 // ANCHOR: check_against_oracle
 /// `forward` agrees with the f64 oracle on the case's problem: every element of `O` and `L`
-/// within its bound of the error model ([`reference::compare`]).
+/// within its bound of the error model (`reference::compare`).
 pub fn check_against_oracle(
     forward: &(impl Forward + ?Sized),
     case: &Case,

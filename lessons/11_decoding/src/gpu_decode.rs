@@ -134,7 +134,7 @@ pub fn gpu_splits(workgroups_per_chunk: usize, longest: usize) -> usize {
 // ANCHOR_END: gpu_splits
 
 /// Query heads per workgroup for a group of `group_size` heads: the largest divisor of `G`
-/// that is at most [`MAX_ROWS`] and whose queries (`rows x D` floats) take at most a quarter
+/// that is at most `MAX_ROWS` (8) and whose queries (`rows x D` floats) take at most a quarter
 /// of the workgroup memory. The heads of a group in one workgroup share every key it reads.
 pub fn rows_per_workgroup(group_size: usize, padded_dim: usize) -> usize {
     let most = MAX_ROWS.min(2048 / padded_dim).max(1);

@@ -11,8 +11,9 @@
 //!   per sequence; the same answers as the contiguous one.
 //! * Grouped-query and multi-query attention: fewer K/V heads than query heads, query head `h`
 //!   reading K/V head `h / G` ([`reference::HeadGroups`]); the cache shrinks by `G`.
-//! * [`decode`]: attention of the new tokens over the cache on the CPU, in one pass or with the
-//!   keys split into chunks (flash-decoding) whose partial results merge exactly.
+//! * [`decode`](mod@decode): attention of the new tokens over the cache on the CPU, in one
+//!   pass or with the keys split into chunks (flash-decoding) whose partial results merge
+//!   exactly.
 //! * `gpu_decode` (feature `gpu`, on by default): the same in WGSL over an f16 cache: a
 //!   kernel that computes each chunk's partial result for a group of query heads, and one that
 //!   merges them.

@@ -41,7 +41,7 @@ use bench::{Figures, Machine, Measurements, Peer, PeerProblem, Plot};
 use gpu::kernel::{Dispatch, bind, compile, launch_repeated};
 use gpu::{Gpu, GpuTimer, buffers};
 use lesson11::gpu_decode::{
-    DecodeCall, GpuCache, KernelShape, kernel_source_of, round_to_f16, rows_per_workgroup,
+    DecodeCall, GpuCache, KernelShape, kernel_source_of, padded, round_to_f16, rows_per_workgroup,
 };
 use lesson11::problem::{DecodeProblem, DecodeSpec};
 use reference::{AttentionError, Expected, Tolerance};
@@ -266,28 +266,20 @@ fn tune(
     // 2026-11, then smaller and larger score tiles (less or more workgroup memory, shorter or
     // longer tiles), fewer or more loads in flight (fewer or more registers), more threads.
     let shapes = [
-        (128, 1, 8, 1024),
-        (128, 1, 8, 512),
-        (128, 1, 16, 512),
-        (128, 1, 4, 512),
-        (128, 2, 8, 512),
-        (128, 1, 8, 256),
-        (64, 1, 8, 256),
-        (256, 1, 8, 1024),
-        (256, 1, 16, 1024),
-        (256, 1, 16, 2048),
+        [128, 1, 8, 1024],
+        [128, 1, 8, 512],
+        [128, 1, 16, 512],
+        [128, 1, 4, 512],
+        [128, 2, 8, 512],
+        [128, 1, 8, 256],
+        [64, 1, 8, 256],
+        [256, 1, 8, 1024],
+        [256, 1, 16, 1024],
+        [256, 1, 16, 2048],
     ];
     let shapes: Vec<KernelShape> = match layout {
         Some(layout) => vec![layout],
-        None => shapes
-            .into_iter()
-            .map(|(threads, key_steps, pv_steps, scores)| KernelShape {
-                threads,
-                key_steps,
-                pv_steps,
-                scores,
-            })
-            .collect(),
+        None => shapes.into_iter().map(KernelShape::from).collect(),
     };
     for len in lens {
         let (p, cache) = problem_on_gpu(gpu, sizes, 1, len, 1)?;
@@ -460,12 +452,11 @@ fn layout_arg(args: &[String]) -> Result<Option<KernelShape>, String> {
     if !args.iter().any(|a| a == "--layout") {
         return Ok(None);
     }
-    match list_arg(args, "--layout", Vec::new())?[..] {
-        [threads, key_steps, pv_steps, scores] => {
-            Ok(Some(KernelShape { threads, key_steps, pv_steps, scores }))
-        }
-        _ => Err("--layout needs 4 numbers: threads,key_steps,pv_steps,scores".into()),
-    }
+    let numbers: Vec<usize> = list_arg(args, "--layout", Vec::new())?;
+    let layout: [usize; 4] = numbers
+        .try_into()
+        .map_err(|_| "--layout needs 4 numbers: threads,key_steps,pv_steps,scores")?;
+    Ok(Some(KernelShape::from(layout)))
 }
 
 /// Writes the kernels as the driver gets them, for `sizes`' heads and `kernel`'s layout:
@@ -477,7 +468,7 @@ fn write_shader(
     kernel: KernelShape,
     path: &str,
 ) -> Result<(), String> {
-    let padded_dim = sizes.head_dim.next_multiple_of(8);
+    let padded_dim = padded(sizes.head_dim);
     let rows = rows_per_workgroup(sizes.q_heads / sizes.kv_heads, padded_dim);
     kernel.check(padded_dim, rows).map_err(|e| e.to_string())?;
     let source = kernel_source_of(shader, padded_dim, rows, kernel).map_err(|e| e.to_string())?;

@@ -16,8 +16,9 @@ Backends, each given the grouped K/V heads as they are (`enable_gqa=True`, no co
 flash_fp16 (FlashAttention-2), efficient_fp16 and efficient_fp32 (the memory-efficient kernel),
 cudnn_fp16, math_fp16; efficient_fp16_expanded_kv and efficient_fp32_expanded_kv, the
 memory-efficient kernel on K and V repeated to the query heads before the timing (it refuses
-grouped heads, and then reads G times the bytes); flash_attn_kvcache_fp16 (the flash-attn package's
-flash_attn_with_kvcache, its split-KV decoding kernel) when that package is installed; and
+grouped heads, and then reads G times the bytes); flash_attn_kvcache_fp16 (the flash-attn
+package's flash_attn_with_kvcache, its split-KV decoding kernel) when that package is
+installed; and
 flash_fp16_graph and cudnn_fp16_graph, the same calls captured in a CUDA graph and replayed, which
 removes Python's launch time between calls (where a call takes less GPU time than Python takes
 to launch the next, the eager timings measure the launches; the course's kernels are recorded
@@ -186,19 +187,21 @@ def main():
     print("batch,heads,seq,head_dim,causal,backend,seconds", flush=True)
     for config in args.configs:
         b, h, n, d, causal = (int(x) for x in config.split(","))
-        calls = [
-            (name, lambda backend=backend, dtype=dtype: sdpa_call(backend, dtype, b, h, args.kv_heads, n, d))
-            for name, backend, dtype in SDPA_BACKENDS
-        ]
-        graphed = [(f"{name}_graph", make) for name, make in calls if name in GRAPHED]
+        # Every backend on the grouped heads; the memory-efficient kernel, which refuses them,
+        # also on K and V repeated to the query heads, named apart so that no one mistakes it
+        # for the grouped call.
+        variants = [(name, backend, dtype, False) for name, backend, dtype in SDPA_BACKENDS]
         if args.kv_heads != h:
-            # The memory-efficient kernel refuses grouped heads: also timed on K and V repeated
-            # to the query heads, named apart so that no one mistakes it for the grouped call.
-            calls += [
-                (f"{name}_expanded_kv", lambda backend=backend, dtype=dtype: sdpa_call(backend, dtype, b, h, args.kv_heads, n, d, expand=True))
+            variants += [
+                (f"{name}_expanded_kv", backend, dtype, True)
                 for name, backend, dtype in SDPA_BACKENDS
                 if name.startswith("efficient")
             ]
+        calls = [
+            (name, lambda backend=backend, dtype=dtype, expand=expand: sdpa_call(backend, dtype, b, h, args.kv_heads, n, d, expand))
+            for name, backend, dtype, expand in variants
+        ]
+        graphed = [(f"{name}_graph", make) for name, make in calls if name in GRAPHED]
         if flash_attn_with_kvcache is not None:
             calls.append(("flash_attn_kvcache_fp16", lambda: flash_attn_call(b, h, args.kv_heads, n, d)))
         calls.append(("copy_fp16", lambda: copy_call(b, args.kv_heads, n, d)))

@@ -64,6 +64,14 @@ impl Default for KernelShape {
     }
 }
 
+/// A layout as `--layout` and the tuning tables write it: threads, key steps, value steps,
+/// scores.
+impl From<[usize; 4]> for KernelShape {
+    fn from([threads, key_steps, pv_steps, scores]: [usize; 4]) -> Self {
+        Self { threads, key_steps, pv_steps, scores }
+    }
+}
+
 impl KernelShape {
     /// Whether this layout fits the shader for a padded head dim and `rows` query heads per
     /// workgroup, on any device: threads a power of two from `D / 8` to 1024, steps from 1 to
@@ -142,8 +150,8 @@ pub fn rows_per_workgroup(group_size: usize, padded_dim: usize) -> usize {
 }
 
 /// `D` rounded up to a whole number of 16-byte packs of 8 halves (the padding is zeros, which
-/// change no dot product).
-fn padded(head_dim: usize) -> usize {
+/// change no dot product): the head dim the kernels are specialised for.
+pub fn padded(head_dim: usize) -> usize {
     head_dim.next_multiple_of(8)
 }
 

@@ -128,17 +128,12 @@ fn check_kernels(q_heads: usize, seed: u64, kernels: &[(&str, &str, KernelShape)
     }
 }
 
-/// A layout as the benchmark's `--layout` writes it: threads, key steps, value steps, scores.
-fn layout((threads, key_steps, pv_steps, scores): (usize, usize, usize, usize)) -> KernelShape {
-    KernelShape { threads, key_steps, pv_steps, scores }
-}
-
 /// Other layouts of the split kernel that fit lavapipe's workgroup memory give the oracle's
 /// answer (larger ones are translated below).
 #[test]
 fn other_kernel_layouts_give_the_oracles_answer() {
-    let shapes = [(64, 1, 4, 4096), (64, 2, 8, 512), (128, 1, 8, 4096), (32, 1, 1, 64)];
-    let kernels: Vec<_> = shapes.map(|shape| ("decode.wgsl", SHADER, layout(shape))).into();
+    let shapes = [[64, 1, 4, 4096], [64, 2, 8, 512], [128, 1, 8, 4096], [32, 1, 1, 64]];
+    let kernels: Vec<_> = shapes.map(|shape| ("decode.wgsl", SHADER, shape.into())).into();
     check_kernels(4, 8, &kernels);
 }
 
@@ -150,14 +145,14 @@ fn other_kernel_layouts_give_the_oracles_answer() {
 fn the_experiments_give_the_oracles_answer() {
     macro_rules! experiment {
         ($name:literal, $layout:expr) => {
-            ($name, include_str!(concat!("../experiments/", $name)), layout($layout))
+            ($name, include_str!(concat!("../experiments/", $name)), KernelShape::from($layout))
         };
     }
     let experiments = [
-        experiment!("values_before_scores.wgsl", (128, 1, 8, 512)),
-        experiment!("split_dot_products.wgsl", (128, 1, 8, 512)),
-        experiment!("own_softmax_per_thread.wgsl", (32, 2, 16, 256)),
-        experiment!("keys_in_halves.wgsl", (128, 1, 8, 512)),
+        experiment!("values_before_scores.wgsl", [128, 1, 8, 512]),
+        experiment!("split_dot_products.wgsl", [128, 1, 8, 512]),
+        experiment!("own_softmax_per_thread.wgsl", [32, 2, 16, 256]),
+        experiment!("keys_in_halves.wgsl", [128, 1, 8, 512]),
     ];
     let folder = concat!(env!("CARGO_MANIFEST_DIR"), "/experiments");
     let mut files: Vec<String> = std::fs::read_dir(folder)

@@ -153,6 +153,8 @@ fn the_experiments_give_the_oracles_answer() {
         experiment!("split_dot_products.wgsl", [128, 1, 8, 512]),
         experiment!("own_softmax_per_thread.wgsl", [32, 2, 16, 256]),
         experiment!("keys_in_halves.wgsl", [128, 1, 8, 512]),
+        experiment!("acc_in_workgroup_memory.wgsl", [128, 1, 8, 512]),
+        experiment!("acc_and_keys_in_halves.wgsl", [128, 1, 8, 512]),
     ];
     let folder = concat!(env!("CARGO_MANIFEST_DIR"), "/experiments");
     let mut files: Vec<String> = std::fs::read_dir(folder)

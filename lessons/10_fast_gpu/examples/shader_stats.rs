@@ -27,6 +27,7 @@ use gpu::kernel::Checks;
 use lesson10::{
     ArenaTiles, F32Tiles, Kernel, LeaveOut, PipelinedTiles, RegisterTiles, Shader, Tiles,
 };
+use reference::AttentionError;
 
 /// naga's SPIR-V for `shader`'s entry point `flash_forward`, with the options wgpu uses.
 fn spirv(shader: &Shader) -> Result<Vec<u32>, String> {
@@ -275,40 +276,44 @@ impl Drop for Vulkan {
     }
 }
 
-/// The kernels to report at `head_dim`: version 1 with its largest tiles, version 3, and every
-/// tile shape of versions 4 to 7 that fits the device.
-fn kernels(gpu: &Gpu, head_dim: usize) -> Vec<(String, Result<Kernel, String>)> {
+/// A kernel to report, built only when it is wanted (compiling every shape takes minutes).
+type Build<'a> = Box<dyn FnOnce() -> Result<Kernel, AttentionError> + 'a>;
+
+/// The kernels to report at `head_dim`, each by its name: version 1 with its largest tiles,
+/// version 3, and every tile shape of versions 4 to 9 that fits the device.
+fn kernels(gpu: &Gpu, head_dim: usize) -> Vec<(String, Build<'_>)> {
     let device = &gpu.device;
     let available = device.limits().max_compute_workgroup_storage_size as usize;
-    let v1 = RegisterTiles::for_device(device, head_dim)
-        .and_then(|t| Kernel::register_tiles_with(device, head_dim, t));
-    let mut all = vec![
-        ("v1 register tiles".to_string(), v1.map_err(|e| e.to_string())),
-        (
-            "v3 no bounds checks".to_string(),
-            Kernel::tensor_cores(device, head_dim, Checks::Off).map_err(|e| e.to_string()),
-        ),
+    let v1 = move || {
+        RegisterTiles::for_device(device, head_dim)
+            .and_then(|t| Kernel::register_tiles_with(device, head_dim, t))
+    };
+    let v3 = move || Kernel::tensor_cores(device, head_dim, Checks::Off);
+    let mut all: Vec<(String, Build)> = vec![
+        ("v1 register tiles".to_string(), Box::new(v1)),
+        ("v3 no bounds checks".to_string(), Box::new(v3)),
     ];
     for tiles in Tiles::tensor_core_shapes(head_dim) {
         if tiles.workgroup_bytes(head_dim) <= available {
-            all.push((
-                tiles.describe(),
-                Kernel::with_tiles(device, head_dim, tiles).map_err(|e| e.to_string()),
-            ));
+            let build = move || Kernel::with_tiles(device, head_dim, tiles);
+            all.push((tiles.describe(), Box::new(build)));
         }
     }
     for tiles in F32Tiles::tried(head_dim) {
         let fits = tiles.workgroup_bytes(head_dim) <= available;
         if fits && tiles.check_subgroups(device).is_ok() {
-            let kernel = Kernel::f32_registers_with(device, head_dim, tiles);
-            all.push((Tiles::F32Registers(tiles).describe(), kernel.map_err(|e| e.to_string())));
+            let build = move || Kernel::f32_registers_with(device, head_dim, tiles);
+            all.push((Tiles::F32Registers(tiles).describe(), Box::new(build)));
         }
     }
-    // Version 8's shapes are among the tensor-core ones above; its other load timings here.
+    // Versions 8's and 9's shapes are among the tensor-core ones above; their other times to
+    // load K and V here.
     for tiles in ArenaTiles::load_choices(head_dim) {
         if tiles.workgroup_bytes(head_dim) <= available {
-            let kernel = Kernel::arena_with(device, head_dim, tiles);
-            all.push((Tiles::Arena(tiles).describe(), kernel.map_err(|e| e.to_string())));
+            for tiles in [Tiles::Arena(tiles), Tiles::Overlap(tiles)] {
+                let build = move || Kernel::with_tiles(device, head_dim, tiles);
+                all.push((tiles.describe(), Box::new(build)));
+            }
         }
     }
     // Version 6 without parts of its work: which part keeps an array in memory, and how many
@@ -324,9 +329,9 @@ fn kernels(gpu: &Gpu, head_dim: usize) -> Vec<(String, Result<Kernel, String>)> 
             ("K/V loads", LeaveOut::LOADS),
             ("K/V stores", LeaveOut::STASH),
         ] {
-            let kernel = Kernel::in_registers_with(device, head_dim, best, leave_out);
+            let build = move || Kernel::in_registers_with(device, head_dim, best, leave_out);
             let name = format!("{} without {what}", Tiles::InRegisters(best).describe());
-            all.push((name, kernel.map_err(|e| e.to_string())));
+            all.push((name, Box::new(build)));
         }
     }
     all
@@ -372,11 +377,11 @@ fn main() -> Result<(), String> {
     }
     for head_dim in head_dims {
         println!("\nD = {head_dim}");
-        for (name, kernel) in kernels(gpu, head_dim) {
+        for (name, build) in kernels(gpu, head_dim) {
             if !only.is_empty() && !only.iter().any(|prefix| name.starts_with(prefix.as_str())) {
                 continue;
             }
-            let kernel = match kernel {
+            let kernel = match build() {
                 Ok(kernel) => kernel,
                 Err(e) => {
                     println!("{name}: not built: {e}");

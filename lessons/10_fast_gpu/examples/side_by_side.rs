@@ -79,13 +79,13 @@ fn main() -> Result<(), String> {
         println!(
             "\nB={batch} H={heads} D={head_dim}; every version validated against the f64 oracle"
         );
-        // The best version of each input format is the last one registered: its ratios to
-        // every other version and every peer.
-        let last_in = |storage| versions.iter().rev().find(|v| v.about.storage == storage);
-        let best: Vec<_> = [Storage::F16, Storage::F32]
-            .into_iter()
-            .filter_map(|storage| last_in(storage).map(|v| v.about.name))
-            .collect();
+        // The ratios of the last two f16 versions (each is the faster at one head dimension)
+        // and of the last f32 one to every other version and every peer.
+        let last_in = |storage, count| {
+            let of_format = versions.iter().rev().filter(move |v| v.about.storage == storage);
+            of_format.take(count).map(|v| v.about.name)
+        };
+        let best: Vec<_> = last_in(Storage::F16, 2).chain(last_in(Storage::F32, 1)).collect();
         for causal in [false, true] {
             let mask = if causal { "causal" } else { "not causal" };
             println!("\nD={head_dim}, {mask}: TFLOP/s\n{}", sweep.tflops_table(causal).to_text());

@@ -1,10 +1,12 @@
 //! How the tensor-core versions were tuned, and where their time goes.
 //!
-//! 1. Every tile shape of versions 4 to 6 ([`Tiles::tensor_core_shapes`]) and of the f32
-//!    version 7 ([`F32Tiles::tried`]), each validated against the f64 oracle, then timed at
-//!    large N with and without the causal mask, versions 3 and 1 beside them as the baselines.
-//!    The fastest per head dimension is what `SpecialisedTiles::for_device`,
-//!    `PipelinedTiles::for_device` and `F32Tiles::for_device` try first.
+//! 1. Every tile shape of versions 4 to 6, 8 and 9 ([`Tiles::tensor_core_shapes`], with
+//!    versions 8's and 9's other times to load K and V) and of the f32 version 7
+//!    ([`F32Tiles::tried`]), each validated against the f64 oracle, then timed at large N
+//!    with and without the causal mask, versions 3 and 1 beside them as the baselines. The
+//!    fastest per head dimension is what `SpecialisedTiles::for_device`,
+//!    `PipelinedTiles::for_device`, `ArenaTiles::for_device` and `F32Tiles::for_device` try
+//!    first.
 //! 2. Version 6 with parts of its work left out ([`LeaveOut`]): the time each part costs is
 //!    the difference from the whole. Those outputs are wrong and not validated; they are
 //!    measurements, never kernels.
@@ -27,7 +29,7 @@ use bench::report::{Cell, Table};
 use gpu::attention::{AttentionBuffers, AttentionKernel, Prepared, attention_on};
 use gpu::kernel::Checks;
 use gpu::{Gpu, GpuTimer};
-use lesson10::{ArenaTiles, F32Tiles, Kernel, LeaveOut, PipelinedTiles, Tiles};
+use lesson10::{ArenaTiles, F32Tiles, Kernel, LeaveOut, LoadAt, PipelinedTiles, Tiles};
 use reference::Storage;
 use reference::{About, AttentionError, ForwardVersion, Problem, ProblemSpec, Tolerance};
 
@@ -53,7 +55,7 @@ enum Ablate {
     Nothing,
 }
 
-/// Versions 3 and 1, every tile shape of versions 4 to 8 that fits, and version 6 with parts
+/// Versions 3 and 1, every tile shape of versions 4 to 9 that fits, and version 6 with parts
 /// left out (see [`Ablate`]).
 fn candidates(device: &wgpu::Device, head_dim: usize, ablate: Ablate) -> Vec<Candidate> {
     let available = device.limits().max_compute_workgroup_storage_size as usize;
@@ -73,6 +75,9 @@ fn candidates(device: &wgpu::Device, head_dim: usize, ablate: Ablate) -> Vec<Can
         F32Tiles::tried(head_dim).into_iter().filter(|t| t.check_subgroups(device).is_ok());
     // Version 8's shapes are among the tensor-core ones; its other load timings beside them.
     let loads = ArenaTiles::load_choices(head_dim).into_iter().map(Tiles::Arena);
+    // Version 9 reads K and V where they are staged or at the start of their phase.
+    let early = |t: ArenaTiles| Tiles::Overlap(ArenaTiles { load_at: LoadAt::Products, ..t });
+    let loads = loads.chain(ArenaTiles::tried(head_dim).into_iter().map(early));
     let shapes = Tiles::tensor_core_shapes(head_dim)
         .into_iter()
         .chain(f32_shapes.map(Tiles::F32Registers))

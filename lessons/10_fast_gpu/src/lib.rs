@@ -17,6 +17,7 @@
 //! | 6 | `v6_registers.wgsl` | loops over fragments unrolled by the host ([`unroll`]): every fragment in registers |
 //! | 7 | `v7_f32_registers.wgsl` | version 1 (f32) with version 6's constants and unrolling, subgroup shuffles, prefetch |
 //! | 8 | `v8_arena.wgsl` | version 6 with K, V and P in one f16 arena: 8 subgroups of 16 rows fit; K and V read where staged |
+//! | 9 | `v9_overlap.wgsl` | version 8 with the next tile's scores computed in the phase of this tile's softmax |
 //!
 //! Every version runs through [`Kernel`], which compiles a version's shader for one head
 //! dimension and tile size and implements the course's [`AttentionKernel`], so the tests,
@@ -58,6 +59,9 @@ pub const V7_F32_REGISTERS: &str = include_str!("v7_f32_registers.wgsl");
 
 /// Version 8's WGSL source (its constants set by [`specialise`]).
 pub const V8_ARENA: &str = include_str!("v8_arena.wgsl");
+
+/// Version 9's WGSL source (its constants set by [`specialise`]; version 8's tiles).
+pub const V9_OVERLAP: &str = include_str!("v9_overlap.wgsl");
 
 /// Largest head dimension (`MAX_OUT_CHUNKS` and `MAX_FRAGMENTS` in the shaders).
 pub const MAX_HEAD_DIM: usize = 256;
@@ -642,6 +646,8 @@ impl PipelinedTiles {
 }
 
 /// When version 8 reads each thread's share of the next K and V tiles from global memory.
+/// Version 9 reads them where they are staged ([`LoadAt::Staging`]) or, for both other
+/// choices, at the start of the phase that stages them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LoadAt {
     /// Where they are staged, after the softmax: no registers held across the products.
@@ -717,13 +723,23 @@ impl ArenaTiles {
 
     /// Whether version 8 accepts these tiles at `head_dim` (a multiple of 16).
     pub fn check(&self, head_dim: usize) -> Result<(), AttentionError> {
+        self.check_for("v8 arena", head_dim)
+    }
+
+    /// Whether `version` (8 or 9, which take the same tiles) accepts them at `head_dim`.
+    fn check_for(&self, version: &str, head_dim: usize) -> Result<(), AttentionError> {
         let (subgroups, row_tiles, block_kv) = (self.subgroups, self.row_tiles, self.block_kv);
-        check_subgroup_tiles("v8 arena", self, (subgroups, row_tiles, block_kv), head_dim)
+        check_subgroup_tiles(version, self, (subgroups, row_tiles, block_kv), head_dim)
     }
 
     /// Version 8's source for these tiles at `head_dim`: its constants set, its marked loops
     /// unrolled ([`unroll`]).
     pub fn source(&self, head_dim: usize) -> Result<String, AttentionError> {
+        self.source_from(V8_ARENA, head_dim)
+    }
+
+    /// `template` (version 8's or 9's source) for these tiles at `head_dim`.
+    pub fn source_from(&self, template: &str, head_dim: usize) -> Result<String, AttentionError> {
         let constants = [
             ("HEAD_DIM", head_dim),
             ("BLOCK_KV", self.block_kv),
@@ -732,7 +748,7 @@ impl ArenaTiles {
             ("Q_IN_REGISTERS", self.q_in_registers as usize),
             ("LOAD_AT", self.load_at as usize),
         ];
-        unroll(&specialise(V8_ARENA, &constants)?)
+        unroll(&specialise(template, &constants)?)
     }
 
     /// Every shape the tests check and the tuning example times at `head_dim`, each with Q's
@@ -778,8 +794,9 @@ impl ArenaTiles {
             .collect()
     }
 
-    /// The tiles measured fastest on an H100 at `head_dim` (examples/tune.rs, 2026-11-25),
-    /// then smaller ones, the first that fits `device`.
+    /// The tiles measured fastest at `head_dim` (examples/tune.rs): on an H100 on 2026-11-26 at
+    /// D = 64 (16 keys, 159.7 TFLOP/s against 141.9 with 32), on an H100 on 2026-11-25 and an
+    /// H200 on 2026-11-26 at D = 128; then smaller ones, the first that fits `device`.
     pub fn for_device(device: &wgpu::Device, head_dim: usize) -> Result<Self, AttentionError> {
         first_that_fits(device, &Self::preferred(head_dim), |t| t.workgroup_bytes(head_dim))
     }
@@ -795,7 +812,7 @@ impl ArenaTiles {
             load_at: LoadAt::Staging,
         };
         if head_dim <= 64 {
-            vec![tiles(8, 1, 32), tiles(4, 1, 16)]
+            vec![tiles(8, 1, 16), tiles(4, 1, 16)]
         } else if head_dim <= 128 {
             vec![tiles(8, 1, 32), tiles(8, 1, 16), tiles(4, 1, 16)]
         } else {
@@ -804,7 +821,7 @@ impl ArenaTiles {
     }
 }
 
-/// Whether a tensor-core version (5, 6 or 8) accepts `tiles`, whose shape is `(subgroups,
+/// Whether a tensor-core version (5, 6, 8 or 9) accepts `tiles`, whose shape is `(subgroups,
 /// row tiles, keys per tile)`, at `head_dim`: 1 to 8 subgroups, 1 or 2 row tiles, 16, 32 or 64
 /// keys, a head dimension that is a multiple of 16.
 fn check_subgroup_tiles(
@@ -861,6 +878,8 @@ pub enum Tiles {
     F32Registers(F32Tiles),
     /// Version 8.
     Arena(ArenaTiles),
+    /// Version 9 (version 8's tiles and workgroup memory).
+    Overlap(ArenaTiles),
 }
 
 impl Tiles {
@@ -872,7 +891,7 @@ impl Tiles {
             Tiles::Specialised(t) => t.block_q(),
             Tiles::Pipelined(t) | Tiles::InRegisters(t) => t.block_q(),
             Tiles::F32Registers(t) => t.block_q(),
-            Tiles::Arena(t) => t.block_q(),
+            Tiles::Arena(t) | Tiles::Overlap(t) => t.block_q(),
         }
     }
 
@@ -886,20 +905,22 @@ impl Tiles {
             | Tiles::Specialised(_)
             | Tiles::Pipelined(_)
             | Tiles::InRegisters(_)
-            | Tiles::Arena(_) => 0,
+            | Tiles::Arena(_)
+            | Tiles::Overlap(_) => 0,
         }
     }
 }
 
 impl Tiles {
-    /// Every tile shape of the tensor-core versions 4 to 6 and 8 that the tuning example times
-    /// and the tests check at `head_dim` (a multiple of 16).
+    /// Every tile shape of the tensor-core versions 4 to 6, 8 and 9 that the tuning example
+    /// times and the tests check at `head_dim` (a multiple of 16).
     pub fn tensor_core_shapes(head_dim: usize) -> Vec<Tiles> {
         let v4 = SpecialisedTiles::tried(head_dim).into_iter().map(Tiles::Specialised);
         let v5 = PipelinedTiles::tried(head_dim).into_iter().map(Tiles::Pipelined);
         let v6 = PipelinedTiles::tried_in_registers(head_dim).into_iter().map(Tiles::InRegisters);
         let v8 = ArenaTiles::tried(head_dim).into_iter().map(Tiles::Arena);
-        v4.chain(v5).chain(v6).chain(v8).collect()
+        let v9 = ArenaTiles::tried(head_dim).into_iter().map(Tiles::Overlap);
+        v4.chain(v5).chain(v6).chain(v8).chain(v9).collect()
     }
 
     /// Bytes of workgroup memory at `head_dim`; none for versions 1 to 3, which choose
@@ -911,7 +932,7 @@ impl Tiles {
             Tiles::Specialised(t) => t.workgroup_bytes(head_dim),
             Tiles::Pipelined(t) | Tiles::InRegisters(t) => t.workgroup_bytes(head_dim),
             Tiles::F32Registers(t) => t.workgroup_bytes(head_dim),
-            Tiles::Arena(t) => t.workgroup_bytes(head_dim),
+            Tiles::Arena(t) | Tiles::Overlap(t) => t.workgroup_bytes(head_dim),
         }
     }
 
@@ -946,8 +967,9 @@ impl Tiles {
                 t.block_kv(),
                 if t.prefetch { ", prefetch" } else { "" }
             ),
-            Tiles::Arena(t) => format!(
-                "v8 {}x{}x16 rows, {} keys, Q {}, loads {}",
+            Tiles::Arena(t) | Tiles::Overlap(t) => format!(
+                "{} {}x{}x16 rows, {} keys, Q {}, loads {}",
+                if matches!(self, Tiles::Arena(_)) { "v8" } else { "v9" },
                 t.subgroups,
                 t.row_tiles,
                 t.block_kv,
@@ -1197,6 +1219,26 @@ impl Kernel {
         Self::specialised_kernel(device, name, head_dim, Tiles::Arena(tiles), source)
     }
 
+    /// Version 9 for `head_dim` with version 8's tiles measured fastest that fit `device`.
+    pub fn overlap(device: &wgpu::Device, head_dim: usize) -> Result<Self, AttentionError> {
+        let padded = head_dim.next_multiple_of(16);
+        Self::overlap_with(device, head_dim, ArenaTiles::for_device(device, padded)?)
+    }
+
+    /// Version 9 for `head_dim` with the given tiles and choices.
+    pub fn overlap_with(
+        device: &wgpu::Device,
+        head_dim: usize,
+        tiles: ArenaTiles,
+    ) -> Result<Self, AttentionError> {
+        check_tensor_cores(device, head_dim, "v9 overlap")?;
+        let padded = head_dim.next_multiple_of(16);
+        tiles.check_for("v9 overlap", padded)?;
+        let source = || tiles.source_from(V9_OVERLAP, padded);
+        let name = ("v9 overlap", "v9_overlap.wgsl");
+        Self::specialised_kernel(device, name, head_dim, Tiles::Overlap(tiles), source)
+    }
+
     /// Version 7 for `head_dim`, with the largest tiles that fit `device`.
     pub fn f32_registers(device: &wgpu::Device, head_dim: usize) -> Result<Self, AttentionError> {
         check_head_dim(head_dim)?;
@@ -1255,6 +1297,7 @@ impl Kernel {
             }
             Tiles::F32Registers(t) => Self::f32_registers_with(device, head_dim, t),
             Tiles::Arena(t) => Self::arena_with(device, head_dim, t),
+            Tiles::Overlap(t) => Self::overlap_with(device, head_dim, t),
         }
     }
 
@@ -1283,7 +1326,8 @@ impl AttentionKernel for Kernel {
             | Tiles::Specialised(_)
             | Tiles::Pipelined(_)
             | Tiles::InRegisters(_)
-            | Tiles::Arena(_) => 16,
+            | Tiles::Arena(_)
+            | Tiles::Overlap(_) => 16,
         }
     }
 
@@ -1425,6 +1469,14 @@ pub fn versions() -> Vec<KernelVersion> {
     fn arena(device: &wgpu::Device, d: usize) -> Built {
         boxed(Kernel::arena(device, d))
     }
+    let v9 = About {
+        name: "v9 overlap",
+        change: "the next tile's scores computed in the phase of this tile's softmax",
+        ..v2
+    };
+    fn overlap(device: &wgpu::Device, d: usize) -> Built {
+        boxed(Kernel::overlap(device, d))
+    }
     vec![
         KernelVersion::new(v1, register_tiles),
         KernelVersion::new(v2, tensor_cores).requiring(tensor_core_features),
@@ -1434,6 +1486,7 @@ pub fn versions() -> Vec<KernelVersion> {
         KernelVersion::new(v6, in_registers).requiring(tensor_core_features),
         KernelVersion::new(v7, f32_registers).requiring(wgpu::Features::SUBGROUP),
         KernelVersion::new(v8, arena).requiring(tensor_core_features),
+        KernelVersion::new(v9, overlap).requiring(tensor_core_features),
     ]
 }
 // ANCHOR_END: versions

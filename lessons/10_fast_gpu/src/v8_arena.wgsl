@@ -21,6 +21,9 @@
 // tile), 1.39 times version 6 in the same run, and 142 at D = 128 (16 keys: with Q staged
 // whole, 32 keys did not fit in 48 KiB). Staged in passes, Q lets 32 keys fit at D = 128:
 // 151 against 147 TFLOP/s with 16 keys, 133 against 127 at N = 4096 (an H200, 2026-11-26).
+// At D = 64, 16 keys then measured faster than 32: 160 against 142 TFLOP/s at N = 16384 (an
+// H100, 2026-11-26) in 107 registers against 143, which leave room for two workgroups on a
+// multiprocessor instead of one; version 8 now takes 16 keys there.
 //
 // The loop is version 6's:
 //
@@ -68,8 +71,8 @@ const P_STRIDE: u32 = BLOCK_KV / 4u + 2u;
 
 // The arena, in vec4<f16>s: [Q (kept only when Q_IN_REGISTERS = 0) | K | V | P]. With Q in
 // registers, Q passes through the start of the arena before the loop, as many subgroups' rows
-// at a time as fit where K, V and P will be (in the shape version 8 prefers, all of them in
-// one pass at D = 64; at D = 128 the workgroup's Q would need more room than K, V and P: 34
+// at a time as fit where K, V and P will be (in the shapes version 8 prefers, in two passes
+// at D = 64; at D = 128 the workgroup's Q would need more room than K, V and P: 34
 // KiB of 48 with 8 subgroups). Every
 // offset is an even number of vec4<f16>s, so every row starts on the 16-byte grid (see
 // version 2).

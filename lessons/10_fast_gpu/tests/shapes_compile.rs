@@ -1,4 +1,4 @@
-//! Every tile shape of the specialised versions (4 to 8) at every head dimension they accept
+//! Every tile shape of the specialised versions (4 to 9) at every head dimension they accept
 //! compiles: naga validates the source with its constants written in, translates it to
 //! SPIR-V, and every barrier is in uniform control flow. No GPU needed, so a shape that would
 //! only fail on a lent GPU with tensor cores fails here, in CI, first.
@@ -6,7 +6,7 @@
 use gpu::kernel::{Checks, spirv, workgroup_memory_bytes};
 use lesson10::{
     ArenaTiles, F32Tiles, LeaveOut, PipelinedTiles, SpecialisedTiles, V4_SPECIALISED, V5_PIPELINED,
-    specialise,
+    V8_ARENA, V9_OVERLAP, specialise,
 };
 
 fn compiles(label: &str, source: &str) -> Result<(), String> {
@@ -36,6 +36,8 @@ fn every_tile_shape_compiles_at_every_head_dim() {
         {
             let source = tiles.source(head_dim).unwrap();
             failures.extend(compiles(&format!("v8 {tiles:?} D={head_dim}"), &source).err());
+            let source = tiles.source_from(V9_OVERLAP, head_dim).unwrap();
+            failures.extend(compiles(&format!("v9 {tiles:?} D={head_dim}"), &source).err());
         }
     }
     // Version 7 takes any head dimension (rows are padded to a multiple of 4).
@@ -48,14 +50,18 @@ fn every_tile_shape_compiles_at_every_head_dim() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// Version 8's host picks tiles by the workgroup memory it computes from their sizes: that
-/// number must be what the shader declares, or a shape that does not fit would be launched.
+/// Version 8's host (version 9's too) picks tiles by the workgroup memory it computes from
+/// their sizes: that number must be what the shader declares, or a shape that does not fit
+/// would be launched.
 #[test]
 fn version_8_workgroup_memory_is_what_the_shader_declares() {
     for head_dim in (16..=256).step_by(16) {
         for tiles in ArenaTiles::tried(head_dim) {
-            let declared = workgroup_memory_bytes(&tiles.source(head_dim).unwrap()).unwrap();
-            assert_eq!(tiles.workgroup_bytes(head_dim), declared, "{tiles:?} at D={head_dim}");
+            for template in [V8_ARENA, V9_OVERLAP] {
+                let source = tiles.source_from(template, head_dim).unwrap();
+                let declared = workgroup_memory_bytes(&source).unwrap();
+                assert_eq!(tiles.workgroup_bytes(head_dim), declared, "{tiles:?} at D={head_dim}");
+            }
         }
     }
 }

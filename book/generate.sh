@@ -129,6 +129,9 @@ show wgsl_primer "cargo run -p lesson08 --example primer" cargo run -p lesson08 
 # The decode kernels' time per step split into a fixed part and a read rate, from the GPU
 # benchmark's committed tables (book/src/figures/decode_gpu_b*.csv, measured on an H200).
 show lesson11_decode_fit "cargo run -p lesson11 --example decode_fit" cargo run -p lesson11 --example decode_fit
+# The same fit to the tables of the run on an H100 (book/src/figures/h100/).
+show lesson11_decode_fit_h100 "cargo run -p lesson11 --example decode_fit -- --out book/src/figures/h100" \
+    cargo run -p lesson11 --example decode_fit -- --out book/src/figures/h100
 show error_table "cargo run --release -p lesson06 --example error_table" cargo run -p lesson06 --example error_table
 # The lessons, from the course manifest (course.toml); a failure to read it stops the script.
 lessons=$(cargo run -q --locked -p course -- list lessons)

@@ -41,7 +41,8 @@
 //             thread turns its keys' scores into weights p = 2^(s - m);
 //   P V       threads in a grid of PACKS x LANES: a thread owns 8 dimensions (one 16-byte
 //             pack of f16) and every LANES-th key, so neighbouring threads read neighbouring
-//             bytes of a value row; its 8 sums per row stay in registers until the end.
+//             bytes of a value row; its 8 sums per row wait in workgroup memory between
+//             tiles (this experiment's change).
 // The lanes' sums are added once, when the chunk is done.
 
 struct DecodeParams {

@@ -2,8 +2,8 @@
 // thread's weighted sums (8 per query head) wait in workgroup memory between tiles instead of
 // in registers, so that they are not live while the keys are loaded and scored. The hope: 96
 // registers or fewer, so that a multiprocessor holds 5 workgroups of 128 threads instead of
-// 4. It costs 16 KiB more workgroup memory and 16 loads and 16 stores of 16 bytes per thread
-// per tile.
+// 4. It costs 16 KiB more workgroup memory and, per thread and tile, 2 loads and 2 stores of
+// 16 bytes for each query head of the group (8 of each with the 4 heads measured below).
 //
 // The driver gives it 127 registers per thread against the lesson's 128 (`shader_stats`,
 // NVIDIA H100, driver 580.159.04, 2026-11-26): the sums were not what held the registers.
@@ -41,7 +41,8 @@
 //             thread turns its keys' scores into weights p = 2^(s - m);
 //   P V       threads in a grid of PACKS x LANES: a thread owns 8 dimensions (one 16-byte
 //             pack of f16) and every LANES-th key, so neighbouring threads read neighbouring
-//             bytes of a value row; its 8 sums per row stay in registers until the end.
+//             bytes of a value row; its 8 sums per row wait in workgroup memory between
+//             tiles (this experiment's change).
 // The lanes' sums are added once, when the chunk is done.
 
 struct DecodeParams {

@@ -20,6 +20,7 @@
 //! cargo run --release -p lesson10 --example tune -- --ablate none     # no parts left out
 //! cargo run --release -p lesson10 --example tune -- --only v8 --causal no  # no causal column
 //! cargo run --release -p lesson10 --example tune -- --only v8 --keep-going  # time wrong ones too
+//! cargo run --release -p lesson10 --example tune -- --batch 16   # B = 16 (default 4), H = 16
 //! ```
 
 use std::sync::Arc;
@@ -162,6 +163,17 @@ fn main() -> Result<(), String> {
     let only: Vec<String> = bench::report::list_arg(&args, "--only", Vec::new())?;
     let seqs = list("--seqs", vec![4096, 16384])?;
     let keep_going = args.iter().any(|a| a == "--keep-going");
+    let batch = match args.iter().position(|a| a == "--batch") {
+        None => 4,
+        Some(i) => {
+            let given = args.get(i + 1).map_or("nothing", String::as_str);
+            match given.parse::<usize>() {
+                Ok(b) if b > 0 => b,
+                _ => return Err(format!("--batch {given}: expected a batch size of 1 or more")),
+            }
+        }
+    };
+    let heads = 16;
     let masks: Vec<bool> = match args.iter().position(|a| a == "--causal") {
         None => vec![false, true],
         Some(i) => match args.get(i + 1).map(String::as_str) {
@@ -194,7 +206,6 @@ fn main() -> Result<(), String> {
     let f32_card = card("v1 register tiles").ok_or("v1 is registered")?;
     let f16_card = card("v2 tensor cores").ok_or("v2 is registered")?;
     let card_for = |storage| if storage == Storage::F32 { f32_card } else { f16_card };
-    let (batch, heads) = (4, 16);
 
     for head_dim in head_dims {
         // 1. Every candidate that must be right is checked on small problems first.
@@ -269,7 +280,11 @@ fn main() -> Result<(), String> {
                 row.push(result.ok().map(|s| flops / s / 1e12));
             }
         }
-        let mut header = vec![format!("D={head_dim}, TFLOP/s")];
+        let mut header = vec![if batch == 4 {
+            format!("D={head_dim}, TFLOP/s")
+        } else {
+            format!("D={head_dim}, B={batch}, TFLOP/s")
+        }];
         header.extend(
             columns.iter().map(|(n, c)| format!("N={n}{}", if *c { " causal" } else { "" })),
         );

@@ -1,7 +1,7 @@
 //! How the tensor-core versions were tuned, and where their time goes.
 //!
 //! 1. Every tile shape of versions 4 to 6, 8 and 9 ([`Tiles::tensor_core_shapes`], with
-//!    versions 8's and 9's other times to load K and V) and of the f32 version 7
+//!    version 8's and 9's other times to load K and V) and of the f32 version 7
 //!    ([`F32Tiles::tried`]), each validated against the f64 oracle, then timed at large N
 //!    with and without the causal mask, versions 3 and 1 beside them as the baselines. The
 //!    fastest per head dimension is what `SpecialisedTiles::for_device`,

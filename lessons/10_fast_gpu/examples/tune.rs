@@ -163,14 +163,10 @@ fn main() -> Result<(), String> {
     let only: Vec<String> = bench::report::list_arg(&args, "--only", Vec::new())?;
     let seqs = list("--seqs", vec![4096, 16384])?;
     let keep_going = args.iter().any(|a| a == "--keep-going");
-    let batch = match args.iter().position(|a| a == "--batch") {
-        None => 4,
-        Some(i) => {
-            let given = args.get(i + 1).map_or("nothing", String::as_str);
-            match given.parse::<usize>() {
-                Ok(b) if b > 0 => b,
-                _ => return Err(format!("--batch {given}: expected a batch size of 1 or more")),
-            }
+    let batch = match list("--batch", vec![4])?[..] {
+        [b] if b > 0 => b,
+        ref given => {
+            return Err(format!("--batch {given:?}: expected one batch size of 1 or more"));
         }
     };
     let heads = 16;

@@ -43,7 +43,7 @@ const MEMORY_TB_PER_S: f64 = 3.35;
 type Build = fn(&wgpu::Device, usize) -> Result<Kernel, AttentionError>;
 
 /// Every version by its registered name, built as the registry builds it.
-const VERSIONS: [(&str, Build); 9] = [
+const VERSIONS: [(&str, Build); 10] = [
     ("v1 register tiles", Kernel::register_tiles),
     ("v2 tensor cores", |d, h| Kernel::tensor_cores(d, h, Checks::On)),
     ("v3 no bounds checks", |d, h| Kernel::tensor_cores(d, h, Checks::Off)),
@@ -53,6 +53,7 @@ const VERSIONS: [(&str, Build); 9] = [
     ("v7 f32 registers", Kernel::f32_registers),
     ("v8 arena", Kernel::arena),
     ("v9 overlap", Kernel::overlap),
+    ("v10 pairs", Kernel::pairs),
 ];
 
 /// Bytes one slice moves with `rows` query rows per workgroup and rows of Q, K, V and O

@@ -79,13 +79,14 @@ fn main() -> Result<(), String> {
         println!(
             "\nB={batch} H={heads} D={head_dim}; every version validated against the f64 oracle"
         );
-        // The ratios of the last two f16 versions (each is the faster at one head dimension)
-        // and of the last f32 one to every other version and every peer.
-        let last_in = |storage, count| {
-            let of_format = versions.iter().rev().filter(move |v| v.about.storage == storage);
-            of_format.take(count).map(|v| v.about.name)
+        // The ratios of the fastest f16 version and of the fastest f32 one (at the largest N,
+        // without the mask) to every other version and every peer.
+        let fastest_in = |storage| {
+            let of_format = versions.iter().filter(|v| v.about.storage == storage);
+            fastest(&sweep, of_format.map(|v| v.about.name))
         };
-        let best: Vec<_> = last_in(Storage::F16, 2).chain(last_in(Storage::F32, 1)).collect();
+        let best: Vec<_> =
+            [Storage::F16, Storage::F32].into_iter().filter_map(fastest_in).collect();
         for causal in [false, true] {
             let mask = if causal { "causal" } else { "not causal" };
             println!("\nD={head_dim}, {mask}: TFLOP/s\n{}", sweep.tflops_table(causal).to_text());
@@ -104,4 +105,16 @@ fn main() -> Result<(), String> {
         println!("wrote {stem}.csv and .svg to {}", figures.display());
     }
     Ok(())
+}
+
+/// Of the kernels `names`, the one with the shortest time at the sweep's largest N without
+/// the mask, if any of them ran there.
+fn fastest<'a>(sweep: &Sweep, names: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let n = *sweep.sizes.seqs.iter().max()?;
+    let seconds = |name: &str| {
+        let m = sweep.measured.iter().find(|m| m.name == name && m.n == n && !m.causal)?;
+        m.result.as_ref().ok().map(|(seconds, _)| *seconds)
+    };
+    let timed = names.filter_map(|name| Some((name, seconds(name)?)));
+    timed.min_by(|a, b| a.1.total_cmp(&b.1)).map(|(name, _)| name)
 }

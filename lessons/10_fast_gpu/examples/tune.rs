@@ -212,7 +212,7 @@ fn main() -> Result<(), String> {
         let mut built: Vec<(String, Kernel, Option<Tolerance>)> = Vec::new();
         let mut chosen = candidates(&gpu.device, head_dim, ablate);
         chosen.retain(|c| {
-            only.is_empty() || only.iter().any(|prefix| c.name.starts_with(prefix.as_str()))
+            only.is_empty() || only.iter().any(|prefix| lesson10::selected_by(&c.name, prefix))
         });
         for candidate in chosen {
             let Candidate { name, build, validated, storage } = candidate;

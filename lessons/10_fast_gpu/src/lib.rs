@@ -18,6 +18,7 @@
 //! | 7 | `v7_f32_registers.wgsl` | version 1 (f32) with version 6's constants and unrolling, subgroup shuffles, prefetch |
 //! | 8 | `v8_arena.wgsl` | version 6 with K, V and P in one f16 arena: 8 subgroups of 16 rows fit; K and V read where staged |
 //! | 9 | `v9_overlap.wgsl` | version 8 with the next tile's scores computed in the phase of this tile's softmax |
+//! | 10 | `v10_pairs.wgsl` | version 9 with subgroups in pairs on 32 rows: each fragment of K and V serves 32 rows |
 //!
 //! Every version runs through [`Kernel`], which compiles a version's shader for one head
 //! dimension and tile size and implements the course's [`AttentionKernel`], so the tests,
@@ -62,6 +63,9 @@ pub const V8_ARENA: &str = include_str!("v8_arena.wgsl");
 
 /// Version 9's WGSL source (its constants set by [`specialise`]; version 8's tiles).
 pub const V9_OVERLAP: &str = include_str!("v9_overlap.wgsl");
+
+/// Version 10's WGSL source (its constants set by [`specialise`]).
+pub const V10_PAIRS: &str = include_str!("v10_pairs.wgsl");
 
 /// Largest head dimension (`MAX_OUT_CHUNKS` and `MAX_FRAGMENTS` in the shaders).
 pub const MAX_HEAD_DIM: usize = 256;
@@ -821,6 +825,104 @@ impl ArenaTiles {
     }
 }
 
+/// Version 10's shape of work: pairs of subgroups that share 32 query rows, each subgroup of
+/// a pair computing half the keys of their scores and half the columns of their output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PairTiles {
+    /// Subgroups of 32 threads per workgroup, in pairs: 2, 4 or 8. They share each tile of K
+    /// and V.
+    pub subgroups: usize,
+    /// Keys per tile: 32 or 64 (a pair splits them into two halves of 16-key blocks).
+    pub block_kv: usize,
+    /// When the next K and V are read: where staged, or at the start of their phase
+    /// ([`LoadAt::Products`]; a tile ahead is not offered).
+    pub load_at: LoadAt,
+}
+
+impl PairTiles {
+    /// Query rows per workgroup: 32 per pair.
+    pub fn block_q(&self) -> usize {
+        16 * self.subgroups
+    }
+
+    /// Bytes of workgroup memory at `head_dim` (a multiple of 32), as the shader declares it:
+    /// the f16 arena (K, V and P, or one pass of Q if that is larger), S in f32, a rescale
+    /// factor per row and the flag.
+    pub fn workgroup_bytes(&self, head_dim: usize) -> usize {
+        let (rows, keys) = (self.block_q(), self.block_kv);
+        let kv_stride = ArenaTiles::kv_stride(head_dim);
+        let kvp = 2 * keys * kv_stride + rows * (keys / 4 + 2);
+        let pass_rows = 32 * self.query_passes(head_dim).1;
+        let arena = kvp.max(pass_rows * kv_stride);
+        let s_stride = keys / 4 + 2;
+        arena * 8 + rows * s_stride * 16 + rows * 4 + 16
+    }
+
+    /// How Q reaches its registers: `(passes, pairs per pass)`, as many pairs' rows at a time
+    /// as fit where K, V and P will be (at least one pair).
+    pub fn query_passes(&self, head_dim: usize) -> (usize, usize) {
+        let kv_stride = ArenaTiles::kv_stride(head_dim);
+        let kvp = 2 * self.block_kv * kv_stride + self.block_q() * (self.block_kv / 4 + 2);
+        let pairs = self.subgroups / 2;
+        let per_pass = (kvp / (32 * kv_stride)).clamp(1, pairs);
+        (pairs.div_ceil(per_pass), per_pass)
+    }
+
+    /// Whether version 10 accepts these tiles at `head_dim` (which it pads to a multiple
+    /// of 32).
+    pub fn check(&self, head_dim: usize) -> Result<(), AttentionError> {
+        let sensible = [2, 4, 8].contains(&self.subgroups)
+            && [32, 64].contains(&self.block_kv)
+            && self.load_at != LoadAt::TileAhead
+            && head_dim.is_multiple_of(32);
+        if !sensible {
+            return Err(GpuError::KernelMisuse(format!(
+                "v10 pairs: {self:?} at head_dim {head_dim}; expected 2, 4 or 8 subgroups, 32 or \
+                 64 keys, K and V read where staged or before the products, a head_dim that is a multiple of 32"
+            ))
+            .into());
+        }
+        Ok(())
+    }
+
+    /// Version 10's source for these tiles at `head_dim`: its constants set, its marked loops
+    /// unrolled ([`unroll`]).
+    pub fn source(&self, head_dim: usize) -> Result<String, AttentionError> {
+        let constants = [
+            ("HEAD_DIM", head_dim),
+            ("BLOCK_KV", self.block_kv),
+            ("SUBGROUPS", self.subgroups),
+            ("LOAD_AT", self.load_at as usize),
+        ];
+        unroll(&specialise(V10_PAIRS, &constants)?)
+    }
+
+    /// Every shape the tests check and the tuning example times (those that do not fit a
+    /// device's workgroup memory are left out where they run).
+    pub fn tried(_head_dim: usize) -> Vec<Self> {
+        let mut all = Vec::new();
+        for load_at in [LoadAt::Staging, LoadAt::Products] {
+            for (subgroups, block_kv) in [(8, 32), (4, 32), (2, 32), (4, 64), (2, 64)] {
+                all.push(PairTiles { subgroups, block_kv, load_at });
+            }
+        }
+        all
+    }
+
+    /// The tiles to try at `head_dim`, best first (only shapes of [`PairTiles::tried`]).
+    pub fn preferred(_head_dim: usize) -> Vec<Self> {
+        let tiles =
+            |subgroups, block_kv| PairTiles { subgroups, block_kv, load_at: LoadAt::Staging };
+        vec![tiles(8, 32), tiles(4, 32), tiles(2, 32)]
+    }
+
+    /// The first of [`PairTiles::preferred`] that fits `device` at `head_dim` (a multiple
+    /// of 32).
+    pub fn for_device(device: &wgpu::Device, head_dim: usize) -> Result<Self, AttentionError> {
+        first_that_fits(device, &Self::preferred(head_dim), |t| t.workgroup_bytes(head_dim))
+    }
+}
+
 /// Whether a tensor-core version (5, 6, 8 or 9) accepts `tiles`, whose shape is `(subgroups,
 /// row tiles, keys per tile)`, at `head_dim`: 1 to 8 subgroups, 1 or 2 row tiles, 16, 32 or 64
 /// keys, a head dimension that is a multiple of 16.
@@ -842,6 +944,15 @@ fn check_subgroup_tiles(
         .into());
     }
     Ok(())
+}
+
+/// Whether the kernel called `name` is one that `prefix` selects (the examples' `--only`): it
+/// starts with `prefix`, and a prefix that is only a version (`v1`) selects that version, not
+/// one whose number starts the same way (`v1 register tiles`, not `v10 pairs`).
+pub fn selected_by(name: &str, prefix: &str) -> bool {
+    let only_a_version = !prefix.contains(' ');
+    let rest = name.strip_prefix(prefix);
+    rest.is_some_and(|rest| !(only_a_version && rest.starts_with(|c: char| c.is_ascii_digit())))
 }
 
 /// `source` with each `const NAME: u32 = ...;` of `constants` given its value. A constant,
@@ -880,6 +991,8 @@ pub enum Tiles {
     Arena(ArenaTiles),
     /// Version 9 (version 8's tiles and workgroup memory).
     Overlap(ArenaTiles),
+    /// Version 10.
+    Pairs(PairTiles),
 }
 
 impl Tiles {
@@ -892,6 +1005,7 @@ impl Tiles {
             Tiles::Pipelined(t) | Tiles::InRegisters(t) => t.block_q(),
             Tiles::F32Registers(t) => t.block_q(),
             Tiles::Arena(t) | Tiles::Overlap(t) => t.block_q(),
+            Tiles::Pairs(t) => t.block_q(),
         }
     }
 
@@ -906,7 +1020,8 @@ impl Tiles {
             | Tiles::Pipelined(_)
             | Tiles::InRegisters(_)
             | Tiles::Arena(_)
-            | Tiles::Overlap(_) => 0,
+            | Tiles::Overlap(_)
+            | Tiles::Pairs(_) => 0,
         }
     }
 }
@@ -920,7 +1035,8 @@ impl Tiles {
         let v6 = PipelinedTiles::tried_in_registers(head_dim).into_iter().map(Tiles::InRegisters);
         let v8 = ArenaTiles::tried(head_dim).into_iter().map(Tiles::Arena);
         let v9 = ArenaTiles::tried(head_dim).into_iter().map(Tiles::Overlap);
-        v4.chain(v5).chain(v6).chain(v8).chain(v9).collect()
+        let v10 = PairTiles::tried(head_dim).into_iter().map(Tiles::Pairs);
+        v4.chain(v5).chain(v6).chain(v8).chain(v9).chain(v10).collect()
     }
 
     /// Bytes of workgroup memory at `head_dim`; none for versions 1 to 3, which choose
@@ -933,6 +1049,7 @@ impl Tiles {
             Tiles::Pipelined(t) | Tiles::InRegisters(t) => t.workgroup_bytes(head_dim),
             Tiles::F32Registers(t) => t.workgroup_bytes(head_dim),
             Tiles::Arena(t) | Tiles::Overlap(t) => t.workgroup_bytes(head_dim),
+            Tiles::Pairs(t) => t.workgroup_bytes(head_dim.next_multiple_of(32)),
         }
     }
 
@@ -978,6 +1095,15 @@ impl Tiles {
                     LoadAt::Staging => "at staging",
                     LoadAt::Products => "before products",
                     LoadAt::TileAhead => "a tile ahead",
+                },
+            ),
+            Tiles::Pairs(t) => format!(
+                "v10 {} pairs, {} keys, loads {}",
+                t.subgroups / 2,
+                t.block_kv,
+                match t.load_at {
+                    LoadAt::Staging => "at staging",
+                    LoadAt::Products | LoadAt::TileAhead => "before products",
                 },
             ),
         }
@@ -1239,6 +1365,27 @@ impl Kernel {
         Self::specialised_kernel(device, name, head_dim, Tiles::Overlap(tiles), source)
     }
 
+    /// Version 10 for `head_dim` (rows padded to a multiple of 32) with the tiles measured
+    /// fastest that fit `device`.
+    pub fn pairs(device: &wgpu::Device, head_dim: usize) -> Result<Self, AttentionError> {
+        let padded = head_dim.next_multiple_of(32);
+        Self::pairs_with(device, head_dim, PairTiles::for_device(device, padded)?)
+    }
+
+    /// Version 10 for `head_dim` with the given tiles and choices.
+    pub fn pairs_with(
+        device: &wgpu::Device,
+        head_dim: usize,
+        tiles: PairTiles,
+    ) -> Result<Self, AttentionError> {
+        check_tensor_cores(device, head_dim, "v10 pairs")?;
+        let padded = head_dim.next_multiple_of(32);
+        tiles.check(padded)?;
+        let source = || tiles.source(padded);
+        let name = ("v10 pairs", "v10_pairs.wgsl");
+        Self::specialised_kernel(device, name, head_dim, Tiles::Pairs(tiles), source)
+    }
+
     /// Version 7 for `head_dim`, with the largest tiles that fit `device`.
     pub fn f32_registers(device: &wgpu::Device, head_dim: usize) -> Result<Self, AttentionError> {
         check_head_dim(head_dim)?;
@@ -1298,6 +1445,7 @@ impl Kernel {
             Tiles::F32Registers(t) => Self::f32_registers_with(device, head_dim, t),
             Tiles::Arena(t) => Self::arena_with(device, head_dim, t),
             Tiles::Overlap(t) => Self::overlap_with(device, head_dim, t),
+            Tiles::Pairs(t) => Self::pairs_with(device, head_dim, t),
         }
     }
 
@@ -1328,6 +1476,8 @@ impl AttentionKernel for Kernel {
             | Tiles::InRegisters(_)
             | Tiles::Arena(_)
             | Tiles::Overlap(_) => 16,
+            // Each subgroup of a pair takes half of the 16-wide slices.
+            Tiles::Pairs(_) => 32,
         }
     }
 
@@ -1477,6 +1627,14 @@ pub fn versions() -> Vec<KernelVersion> {
     fn overlap(device: &wgpu::Device, d: usize) -> Built {
         boxed(Kernel::overlap(device, d))
     }
+    let v10 = About {
+        name: "v10 pairs",
+        change: "subgroups in pairs on 32 rows, each half the keys of S and half the columns of O",
+        ..v2
+    };
+    fn pairs(device: &wgpu::Device, d: usize) -> Built {
+        boxed(Kernel::pairs(device, d))
+    }
     vec![
         KernelVersion::new(v1, register_tiles),
         KernelVersion::new(v2, tensor_cores).requiring(tensor_core_features),
@@ -1487,6 +1645,22 @@ pub fn versions() -> Vec<KernelVersion> {
         KernelVersion::new(v7, f32_registers).requiring(wgpu::Features::SUBGROUP),
         KernelVersion::new(v8, arena).requiring(tensor_core_features),
         KernelVersion::new(v9, overlap).requiring(tensor_core_features),
+        KernelVersion::new(v10, pairs).requiring(tensor_core_features),
     ]
 }
 // ANCHOR_END: versions
+
+#[cfg(test)]
+mod tests {
+    use super::selected_by;
+
+    #[test]
+    fn a_prefix_selects_names_without_cutting_a_number_short() {
+        assert!(selected_by("v1 register tiles", "v1"));
+        assert!(!selected_by("v10 pairs", "v1"));
+        assert!(selected_by("v10 pairs", "v10"));
+        assert!(selected_by("v10 4 pairs, 32 keys", "v10 4 pairs"));
+        assert!(selected_by("v8 8x1x16 rows, 16 keys", "v8 8x1x16 rows, 1"));
+        assert!(!selected_by("v8 arena", "v9"));
+    }
+}

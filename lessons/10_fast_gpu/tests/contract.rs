@@ -168,17 +168,19 @@ proptest! {
     }
 }
 
-/// Every tile shape of versions 4 to 6 on keys whose scores grow along the sequence (the
-/// lazy rescale runs), at the head dimensions FlashAttention-2 supports.
+/// Every tile shape of the tensor-core versions on keys whose scores grow along the sequence
+/// and on one late jump (the lazy rescale runs), at the head dimensions FlashAttention-2
+/// supports.
 #[test]
 fn tensor_core_tiles_rescale_correctly() {
     for head_dim in [64, 128, 256] {
-        let p = growing_scores(head_dim);
-        let expected = oracle::expected(&p.q, &p.k, &p.v, &p.options).unwrap();
-        for tiles in tensor_core_shapes(head_dim) {
-            let out = run(&compiled_with(tiles), &p).unwrap();
-            check_output(&out, &expected, tensor_core_tolerance())
-                .unwrap_or_else(|e| panic!("{}, D={head_dim}: {e}", tiles.describe()));
+        for p in [growing_scores(head_dim), one_late_jump(head_dim)] {
+            let expected = oracle::expected(&p.q, &p.k, &p.v, &p.options).unwrap();
+            for tiles in tensor_core_shapes(head_dim) {
+                let out = run(&compiled_with(tiles), &p).unwrap();
+                check_output(&out, &expected, tensor_core_tolerance())
+                    .unwrap_or_else(|e| panic!("{}, D={head_dim}: {e}", tiles.describe()));
+            }
         }
     }
 }
@@ -251,6 +253,39 @@ fn growing_scores(head_dim: usize) -> Problem {
     let slope = 0.3 * (64.0 / head_dim as f32).sqrt();
     for ((_, _, key, _), x) in p.k.indexed_iter_mut() {
         *x = slope * key as f32;
+    }
+    p
+}
+
+/// Every runnable version on one late jump of the scores (below): a rescale of O that moved
+/// or mis-scaled its fragments shows in the output.
+#[test]
+fn a_late_jump_in_the_scores() {
+    let Some(gpu) = gpu::for_tests() else { return };
+    every_version_matches_the_oracle_on(gpu, &one_late_jump(64));
+}
+
+/// Scores of 0 for the first 1024 keys, then 5.8 (8.4 in log2 units, just over the
+/// tensor-core versions' lazy-rescale threshold) for the last 16, and values that differ from
+/// column to column and between the two groups of keys. After the one rescale the first keys
+/// still carry a sixth of each row's weight (1024 against 16 e^5.8), so a rescale that scaled
+/// or moved O's fragments wrongly changes the output by about a tenth. Where the scores keep
+/// growing (`growing_scores`), the weight of the keys before each rescale is too small for
+/// that: a planted bug that gave each subgroup of version 10's pairs the other's fragments
+/// after a rescale passed both tests on it.
+fn one_late_jump(head_dim: usize) -> Problem {
+    let (old_keys, new_keys) = (1024, 16);
+    let spec = ProblemSpec::new(1, 2, 40, old_keys + new_keys, head_dim);
+    let mut p = Problem::random(&spec, 6);
+    p.q.fill(0.05);
+    // Each score is 0.05 * k * D / sqrt(D) with every number of a key equal to k.
+    let jump = 5.8 / (0.05 * (head_dim as f32).sqrt());
+    for ((_, _, key, _), x) in p.k.indexed_iter_mut() {
+        *x = if key < old_keys { 0.0 } else { jump };
+    }
+    for ((_, _, key, d), x) in p.v.indexed_iter_mut() {
+        let column = d as f32 / head_dim as f32;
+        *x = if key < old_keys { column } else { 1.0 - column };
     }
     p
 }

@@ -5,8 +5,8 @@
 
 use gpu::kernel::{Checks, spirv, workgroup_memory_bytes};
 use lesson10::{
-    ArenaTiles, F32Tiles, LeaveOut, PipelinedTiles, SpecialisedTiles, V4_SPECIALISED, V5_PIPELINED,
-    V8_ARENA, V9_OVERLAP, specialise,
+    ArenaTiles, F32Tiles, LeaveOut, PairTiles, PipelinedTiles, SpecialisedTiles, V4_SPECIALISED,
+    V5_PIPELINED, V8_ARENA, V9_OVERLAP, specialise,
 };
 
 fn compiles(label: &str, source: &str) -> Result<(), String> {
@@ -39,6 +39,12 @@ fn every_tile_shape_compiles_at_every_head_dim() {
             let source = tiles.source_from(V9_OVERLAP, head_dim).unwrap();
             failures.extend(compiles(&format!("v9 {tiles:?} D={head_dim}"), &source).err());
         }
+        if head_dim % 32 == 0 {
+            for tiles in PairTiles::tried(head_dim) {
+                let source = tiles.source(head_dim).unwrap();
+                failures.extend(compiles(&format!("v10 {tiles:?} D={head_dim}"), &source).err());
+            }
+        }
     }
     // Version 7 takes any head dimension (rows are padded to a multiple of 4).
     for head_dim in (4..=256).step_by(4) {
@@ -62,6 +68,17 @@ fn version_8_workgroup_memory_is_what_the_shader_declares() {
                 let declared = workgroup_memory_bytes(&source).unwrap();
                 assert_eq!(tiles.workgroup_bytes(head_dim), declared, "{tiles:?} at D={head_dim}");
             }
+        }
+    }
+}
+
+/// The same for version 10, at the head dimensions it takes (it pads to a multiple of 32).
+#[test]
+fn version_10_workgroup_memory_is_what_the_shader_declares() {
+    for head_dim in (32..=256).step_by(32) {
+        for tiles in PairTiles::tried(head_dim) {
+            let declared = workgroup_memory_bytes(&tiles.source(head_dim).unwrap()).unwrap();
+            assert_eq!(tiles.workgroup_bytes(head_dim), declared, "{tiles:?} at D={head_dim}");
         }
     }
 }

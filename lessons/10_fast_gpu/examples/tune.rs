@@ -1,6 +1,6 @@
 //! How the tensor-core versions were tuned, and where their time goes.
 //!
-//! 1. Every tile shape of versions 4 to 6, 8 and 9 ([`Tiles::tensor_core_shapes`], with
+//! 1. Every tile shape of versions 4 to 6 and 8 to 10 ([`Tiles::tensor_core_shapes`], with
 //!    version 8's and 9's other times to load K and V) and of the f32 version 7
 //!    ([`F32Tiles::tried`]), each validated against the f64 oracle, then timed at large N
 //!    with and without the causal mask, versions 3 and 1 beside them as the baselines. The
@@ -56,7 +56,7 @@ enum Ablate {
     Nothing,
 }
 
-/// Versions 3 and 1, every tile shape of versions 4 to 9 that fits, and version 6 with parts
+/// Versions 3 and 1, every tile shape of versions 4 to 10 that fits, and version 6 with parts
 /// left out (see [`Ablate`]).
 fn candidates(device: &wgpu::Device, head_dim: usize, ablate: Ablate) -> Vec<Candidate> {
     let available = device.limits().max_compute_workgroup_storage_size as usize;

@@ -10,7 +10,7 @@
 // Here the two subgroups of a pair share the pair's 32 rows and split the work of both
 // products instead:
 //
-//   S = Q K^T   subgroup h of the pair: all 32 rows, key blocks [h, h + 1) of 2
+//   S = Q K^T   subgroup h of the pair: all 32 rows, the h-th half of the tile's 16-key blocks
 //   O += P V    subgroup h of the pair: all 32 rows, head-dimension columns [h D/2, (h+1) D/2)
 //
 // Each subgroup holds Q for 32 rows (64 registers at D = 128 instead of 32) and O for 32 rows

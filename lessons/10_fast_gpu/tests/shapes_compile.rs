@@ -1,4 +1,4 @@
-//! Every tile shape of the specialised versions (4 to 9) at every head dimension they accept
+//! Every tile shape of the specialised versions (4 to 10) at every head dimension they accept
 //! compiles: naga validates the source with its constants written in, translates it to
 //! SPIR-V, and every barrier is in uniform control flow. No GPU needed, so a shape that would
 //! only fail on a lent GPU with tensor cores fails here, in CI, first.

@@ -849,23 +849,26 @@ impl PairTiles {
     /// the f16 arena (K, V and P, or one pass of Q if that is larger), S in f32, a rescale
     /// factor per row and the flag.
     pub fn workgroup_bytes(&self, head_dim: usize) -> usize {
-        let (rows, keys) = (self.block_q(), self.block_kv);
-        let kv_stride = ArenaTiles::kv_stride(head_dim);
-        let kvp = 2 * keys * kv_stride + rows * (keys / 4 + 2);
+        let rows = self.block_q();
         let pass_rows = 32 * self.query_passes(head_dim).1;
-        let arena = kvp.max(pass_rows * kv_stride);
-        let s_stride = keys / 4 + 2;
+        let arena = self.kvp(head_dim).max(pass_rows * ArenaTiles::kv_stride(head_dim));
+        let s_stride = self.block_kv / 4 + 2;
         arena * 8 + rows * s_stride * 16 + rows * 4 + 16
     }
 
     /// How Q reaches its registers: `(passes, pairs per pass)`, as many pairs' rows at a time
     /// as fit where K, V and P will be (at least one pair).
     pub fn query_passes(&self, head_dim: usize) -> (usize, usize) {
-        let kv_stride = ArenaTiles::kv_stride(head_dim);
-        let kvp = 2 * self.block_kv * kv_stride + self.block_q() * (self.block_kv / 4 + 2);
+        let pair_rows = 32 * ArenaTiles::kv_stride(head_dim);
         let pairs = self.subgroups / 2;
-        let per_pass = (kvp / (32 * kv_stride)).clamp(1, pairs);
+        let per_pass = (self.kvp(head_dim) / pair_rows).clamp(1, pairs);
         (pairs.div_ceil(per_pass), per_pass)
+    }
+
+    /// The tiles of K, V and P together in the arena, in vec4s of halves (the shader's `KVP`).
+    fn kvp(&self, head_dim: usize) -> usize {
+        let p_stride = self.block_kv / 4 + 2;
+        2 * self.block_kv * ArenaTiles::kv_stride(head_dim) + self.block_q() * p_stride
     }
 
     /// Whether version 10 accepts these tiles at `head_dim` (which it pads to a multiple

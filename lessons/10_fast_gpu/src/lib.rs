@@ -881,7 +881,8 @@ impl PairTiles {
         if !sensible {
             return Err(GpuError::KernelMisuse(format!(
                 "v10 pairs: {self:?} at head_dim {head_dim}; expected 2, 4 or 8 subgroups, 32 or \
-                 64 keys, K and V read where staged or before the products, a head_dim that is a multiple of 32"
+                 64 keys, K and V read where staged or before the products, a head_dim that \
+                 is a multiple of 32"
             ))
             .into());
         }

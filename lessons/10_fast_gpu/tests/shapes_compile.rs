@@ -5,8 +5,8 @@
 
 use gpu::kernel::{Checks, spirv, workgroup_memory_bytes};
 use lesson10::{
-    ArenaTiles, F32Tiles, LeaveOut, PairTiles, PipelinedTiles, SpecialisedTiles, V4_SPECIALISED,
-    V5_PIPELINED, V8_ARENA, V9_OVERLAP, specialise,
+    ArenaTiles, F32Tiles, LeaveOut, LoadAt, PairTiles, PipelinedTiles, SpecialisedTiles,
+    V4_SPECIALISED, V5_PIPELINED, V8_ARENA, V9_OVERLAP, specialise,
 };
 
 fn compiles(label: &str, source: &str) -> Result<(), String> {
@@ -129,6 +129,17 @@ fn unsupported_subgroup_tiles_are_refused_with_what_is_expected() {
     }
     let err = good.check(40).unwrap_err().to_string();
     assert!(err.contains("a head_dim that is a multiple of 16"), "{err}");
+    let pairs = PairTiles::preferred(64)[0];
+    assert!(pairs.check(64).is_ok());
+    let three_subgroups = PairTiles { subgroups: 3, ..pairs };
+    let sixteen_keys = PairTiles { block_kv: 16, ..pairs };
+    let a_tile_ahead = PairTiles { load_at: LoadAt::TileAhead, ..pairs };
+    for bad in [three_subgroups, sixteen_keys, a_tile_ahead] {
+        let err = bad.check(64).unwrap_err().to_string();
+        assert!(err.contains("v10 pairs") && err.contains("expected 2, 4 or 8 subgroups"), "{err}");
+    }
+    let err = pairs.check(48).unwrap_err().to_string();
+    assert!(err.contains("a head_dim that is a multiple of 32"), "{err}");
     let v6 = PipelinedTiles::tried_in_registers(64)[0];
     assert!(v6.check("v6 registers", 64).is_ok());
     let err = PipelinedTiles { row_tiles: 3, ..v6 }.check("v6 registers", 64).unwrap_err();

@@ -233,16 +233,19 @@ impl Sweep {
         table
     }
 
+    /// The median seconds of `name` at `n` with or without the mask, if it ran there.
+    pub fn seconds(&self, name: &str, n: usize, causal: bool) -> Option<f64> {
+        let m = self.measured.iter().find(|m| m.name == name && m.n == n && m.causal == causal);
+        m.and_then(|m| m.result.as_ref().ok()).map(|(s, _)| *s)
+    }
+
     /// How many times faster `kernel` is than every other kernel and backend (their seconds
     /// over its seconds; above 1: `kernel` is faster), at every N (rows).
     pub fn speedup_table(&self, kernel: &str, causal: bool) -> Table {
         let others: Vec<String> = self.names().into_iter().filter(|n| n != kernel).collect();
         let columns: Vec<String> = others.iter().map(|n| format!("vs {n}")).collect();
         let mut table = Table::new(&[&["N".to_string()][..], &columns].concat());
-        let seconds = |name: &str, n: usize| {
-            let m = self.measured.iter().find(|m| m.name == name && m.n == n && m.causal == causal);
-            m.and_then(|m| m.result.as_ref().ok()).map(|(s, _)| *s)
-        };
+        let seconds = |name: &str, n: usize| self.seconds(name, n, causal);
         for &n in &self.sizes.seqs {
             let ours = seconds(kernel, n);
             let ratio = |other: &String| Some(seconds(other, n)? / ours?);

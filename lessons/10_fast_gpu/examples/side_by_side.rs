@@ -111,10 +111,6 @@ fn main() -> Result<(), String> {
 /// the mask, if any of them ran there.
 fn fastest<'a>(sweep: &Sweep, names: impl Iterator<Item = &'a str>) -> Option<&'a str> {
     let n = *sweep.sizes.seqs.iter().max()?;
-    let seconds = |name: &str| {
-        let m = sweep.measured.iter().find(|m| m.name == name && m.n == n && !m.causal)?;
-        m.result.as_ref().ok().map(|(seconds, _)| *seconds)
-    };
-    let timed = names.filter_map(|name| Some((name, seconds(name)?)));
+    let timed = names.filter_map(|name| Some((name, sweep.seconds(name, n, false)?)));
     timed.min_by(|a, b| a.1.total_cmp(&b.1)).map(|(name, _)| name)
 }

@@ -662,6 +662,30 @@ pub enum LoadAt {
     TileAhead = 2,
 }
 
+impl LoadAt {
+    /// How the kernels' names say it (`Tiles::describe`).
+    fn phrase(self) -> &'static str {
+        match self {
+            LoadAt::Staging => "at staging",
+            LoadAt::Products => "before products",
+            LoadAt::TileAhead => "a tile ahead",
+        }
+    }
+}
+
+/// Bytes of workgroup memory that versions 8 to 10 declare: the f16 arena of `arena` vec4s,
+/// S in f32 (`rows` rows of `s_stride` vec4s), a rescale factor per row and the 16-byte flag.
+fn arena_layout_bytes(arena: usize, rows: usize, s_stride: usize) -> usize {
+    arena * 8 + rows * s_stride * 16 + rows * 4 + 16
+}
+
+/// The tiles of K, V and P together in versions 8 to 10's arena, for `rows` query rows and
+/// `keys` keys per tile, in vec4s of halves (the shaders' `KVP`).
+fn kvp(rows: usize, keys: usize, head_dim: usize) -> usize {
+    let p_stride = keys / 4 + 2;
+    2 * keys * ArenaTiles::kv_stride(head_dim) + rows * p_stride
+}
+
 /// Version 8's shape of work and its measured choices, written into its source as constants.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ArenaTiles {
@@ -696,7 +720,7 @@ impl ArenaTiles {
         let (_, pass_subgroups) = self.query_passes(head_dim);
         let pass_rows = pass_subgroups * 16 * self.row_tiles;
         let arena = (q_kept + self.kvp(head_dim)).max(pass_rows * kv_stride);
-        arena * 8 + rows * s_stride * 16 + rows * 4 + 16
+        arena_layout_bytes(arena, rows, s_stride)
     }
 
     /// How Q reaches its registers: `(passes, subgroups per pass)`. With Q in registers, Q
@@ -719,10 +743,9 @@ impl ArenaTiles {
         head_dim / 4 + 2
     }
 
-    /// The tiles of K, V and P together in the arena, in vec4s of halves (the shader's `KVP`).
+    /// The tiles of K, V and P together in the arena, in vec4s of halves.
     fn kvp(&self, head_dim: usize) -> usize {
-        let p_stride = self.block_kv / 4 + 2;
-        2 * self.block_kv * Self::kv_stride(head_dim) + self.block_q() * p_stride
+        kvp(self.block_q(), self.block_kv, head_dim)
     }
 
     /// Whether version 8 accepts these tiles at `head_dim` (a multiple of 16).
@@ -852,8 +875,7 @@ impl PairTiles {
         let rows = self.block_q();
         let pass_rows = 32 * self.query_passes(head_dim).1;
         let arena = self.kvp(head_dim).max(pass_rows * ArenaTiles::kv_stride(head_dim));
-        let s_stride = self.block_kv / 4 + 2;
-        arena * 8 + rows * s_stride * 16 + rows * 4 + 16
+        arena_layout_bytes(arena, rows, self.block_kv / 4 + 2)
     }
 
     /// How Q reaches its registers: `(passes, pairs per pass)`, as many pairs' rows at a time
@@ -865,10 +887,9 @@ impl PairTiles {
         (pairs.div_ceil(per_pass), per_pass)
     }
 
-    /// The tiles of K, V and P together in the arena, in vec4s of halves (the shader's `KVP`).
+    /// The tiles of K, V and P together in the arena, in vec4s of halves.
     fn kvp(&self, head_dim: usize) -> usize {
-        let p_stride = self.block_kv / 4 + 2;
-        2 * self.block_kv * ArenaTiles::kv_stride(head_dim) + self.block_q() * p_stride
+        kvp(self.block_q(), self.block_kv, head_dim)
     }
 
     /// Whether version 10 accepts these tiles at `head_dim` (which it pads to a multiple
@@ -1095,20 +1116,13 @@ impl Tiles {
                 t.row_tiles,
                 t.block_kv,
                 if t.q_in_registers { "in registers" } else { "per tile" },
-                match t.load_at {
-                    LoadAt::Staging => "at staging",
-                    LoadAt::Products => "before products",
-                    LoadAt::TileAhead => "a tile ahead",
-                },
+                t.load_at.phrase(),
             ),
             Tiles::Pairs(t) => format!(
                 "v10 {} pairs, {} keys, loads {}",
                 t.subgroups / 2,
                 t.block_kv,
-                match t.load_at {
-                    LoadAt::Staging => "at staging",
-                    LoadAt::Products | LoadAt::TileAhead => "before products",
-                },
+                t.load_at.phrase(),
             ),
         }
     }

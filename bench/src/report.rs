@@ -192,6 +192,16 @@ pub fn list_arg<T: std::str::FromStr>(
     value.split(',').map(|x| x.parse().map_err(|_| format!("{flag}: cannot read {x:?}"))).collect()
 }
 
+/// The names after `flag` in `args` (an example's `--only`): a kernel's name can hold commas
+/// (`v8 8x1x16 rows, 16 keys, ...`), so a list that holds a semicolon is split at semicolons,
+/// any other at commas. Empty when the flag is absent.
+pub fn names_arg(args: &[String], flag: &str) -> Result<Vec<String>, String> {
+    let Some(i) = args.iter().position(|a| a == flag) else { return Ok(Vec::new()) };
+    let value = args.get(i + 1).ok_or(format!("{flag} needs a list of names"))?;
+    let separator = if value.contains(';') { ';' } else { ',' };
+    Ok(value.split(separator).map(str::to_string).collect())
+}
+
 /// The folder a benchmark writes its CSV and SVG files to: `--out DIR` when given, else the
 /// book's `book/src/figures` in the workspace the program runs in.
 #[derive(Clone, Debug, PartialEq)]
@@ -289,6 +299,19 @@ pub fn log_log_slope(points: &[(f64, f64)]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_are_split_at_semicolons_when_there_are_any_else_at_commas() {
+        let args = |value: &str| vec!["--only".to_string(), value.to_string()];
+        let exact = "v8 8x1x16 rows, 16 keys;v10 pairs";
+        assert_eq!(
+            names_arg(&args(exact), "--only"),
+            Ok(vec!["v8 8x1x16 rows, 16 keys".to_string(), "v10 pairs".to_string()])
+        );
+        assert_eq!(names_arg(&args("v8,v9"), "--only"), Ok(vec!["v8".into(), "v9".into()]));
+        assert_eq!(names_arg(&args("v8"), "--else"), Ok(Vec::new()));
+        assert!(names_arg(&["--only".to_string()], "--only").unwrap_err().contains("needs"));
+    }
 
     #[test]
     fn list_arguments_are_read_or_defaulted_and_bad_items_named() {

@@ -92,6 +92,13 @@ pub const SAMPLE_SECONDS: f64 = 0.005;
 /// The least GPU time spent warming up before anything is timed.
 pub const WARM_UP_SECONDS: f64 = 0.2;
 
+/// The least wall-clock time the warm-ups keep the GPU busy. After a second or more idle (the
+/// host making the next problem), an H100 was seen to run at its idle clock, 345 MHz, for up
+/// to a second of full load before it rose to 1980 MHz (`nvidia-smi` sampled every 200 ms
+/// during a tuning run, 2026-11-26); a kernel timed inside that second measured up to 5 times
+/// too slow, and the GPU time spent there is short, since the GPU runs slowly.
+pub const WARM_UP_WALL_SECONDS: f64 = 1.0;
+
 /// GPU time after which no more samples are taken, once [`FEWEST_SAMPLES`] are: a kernel that
 /// takes seconds (lesson 10's version 1 at D = 128) varies by far less than a short one, and
 /// ten samples of it would hold a lent GPU for minutes.
@@ -103,7 +110,8 @@ pub const FEWEST_SAMPLES: usize = 3;
 // ANCHOR: time_gpu
 /// GPU times of prepared kernels from timestamp queries (the time the GPU spent in the
 /// compute pass, not the host's wait): `repeats.warmups` untimed samples (more if they take
-/// under [`WARM_UP_SECONDS`] together; none with 0; fewer, but at least one, once they took
+/// under [`WARM_UP_SECONDS`] of GPU time or [`WARM_UP_WALL_SECONDS`] of wall-clock time
+/// together; none with 0; fewer, but at least one, once they took
 /// [`SAMPLING_BUDGET_SECONDS`]), then `repeats.timed` timed samples (fewer, but at least
 /// [`FEWEST_SAMPLES`], once they took [`SAMPLING_BUDGET_SECONDS`]), taking the prepared input
 /// sets in turn. A sample is one launch, or on a problem that takes under [`SAMPLE_SECONDS`]
@@ -131,13 +139,16 @@ pub fn time_gpu(
     let launches_for = |seconds: f64| (SAMPLE_SECONDS / seconds.max(1e-9)).ceil().clamp(1.0, 100.0);
     let mut launches = launches_for(once) as usize;
     // Warm-ups: the number asked for, each of `launches` back to back, and (unless none is
-    // asked for) as many more as keep the GPU busy for WARM_UP_SECONDS: its clock rises
-    // under load over tens of milliseconds.
+    // asked for) as many more as keep the GPU busy for WARM_UP_SECONDS of its own time and
+    // WARM_UP_WALL_SECONDS of ours: after an idle spell its clock rises only after up to a
+    // second under load.
     let mut busy = 0.0;
     let mut fastest_launch = once;
+    let warm_up_start = Instant::now();
     for warmed in 0.. {
-        let asked_for_done =
-            warmed >= repeats.warmups && (repeats.warmups == 0 || busy >= WARM_UP_SECONDS);
+        let warm = busy >= WARM_UP_SECONDS
+            && warm_up_start.elapsed().as_secs_f64() >= WARM_UP_WALL_SECONDS;
+        let asked_for_done = warmed >= repeats.warmups && (repeats.warmups == 0 || warm);
         let over_budget = warmed >= 1 && busy >= SAMPLING_BUDGET_SECONDS;
         if asked_for_done || over_budget {
             break;

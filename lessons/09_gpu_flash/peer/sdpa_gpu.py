@@ -1,6 +1,7 @@
 """PyTorch's CUDA scaled_dot_product_attention, timed the way the course's GPU benchmark times
-its own kernels: CUDA events around each call (GPU time), a few warm-up calls, then the median
-of several calls on two alternating input sets.
+its own kernels: CUDA events around each call (GPU time), warm-up calls (at least 3, and for at
+least a second: after an idle spell the GPU's clock rises only after up to a second under
+load), then the median of several calls on two alternating input sets.
 
     python3 sdpa_gpu.py --repeats 20 4,16,1024,64,0 4,16,4096,64,1
 
@@ -15,6 +16,7 @@ fused attention). Exits with status 3 if torch or CUDA is missing.
 import argparse
 import statistics
 import sys
+import time
 
 try:
     import torch
@@ -29,6 +31,8 @@ BACKENDS = [
     ("flash_fp16", SDPBackend.FLASH_ATTENTION, torch.float16),
     ("cudnn_fp16", SDPBackend.CUDNN_ATTENTION, torch.float16),
 ]
+WARM_UP_CALLS = 3
+WARM_UP_SECONDS = 1.0
 
 
 def time_backend(backend, dtype, b, h, n, d, causal, repeats):
@@ -36,15 +40,21 @@ def time_backend(backend, dtype, b, h, n, d, causal, repeats):
     inputs = [[torch.randn(b, h, n, d, device="cuda", dtype=dtype) for _ in range(3)] for _ in range(2)]
     times = []
     with torch.no_grad(), sdpa_kernel(backend):
-        for r in range(3 + repeats):
+        warm_up_start = time.perf_counter()
+        calls = 0
+        while calls < WARM_UP_CALLS or time.perf_counter() - warm_up_start < WARM_UP_SECONDS:
+            q, k, v = inputs[calls % 2]
+            sdpa(q, k, v, is_causal=causal)
+            torch.cuda.synchronize()
+            calls += 1
+        for r in range(repeats):
             q, k, v = inputs[r % 2]
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             sdpa(q, k, v, is_causal=causal)
             end.record()
             torch.cuda.synchronize()
-            if r >= 3:
-                times.append(start.elapsed_time(end) * 1e-3)
+            times.append(start.elapsed_time(end) * 1e-3)
     return statistics.median(times)
 
 

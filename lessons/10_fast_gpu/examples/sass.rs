@@ -119,7 +119,7 @@ fn main() -> Result<(), String> {
     let dir = PathBuf::from(args.first().ok_or(usage)?);
     let arch = value("--arch").map_or("SM90", String::as_str);
     let nvdisasm = PathBuf::from(value("--nvdisasm").map_or("nvdisasm", String::as_str));
-    let only: Vec<String> = bench::report::list_arg(&args, "--only", Vec::new())?;
+    let only = bench::report::names_arg(&args, "--only")?;
     let mut blobs: Vec<PathBuf> = std::fs::read_dir(&dir)
         .map_err(|e| format!("{}: {e}", dir.display()))?
         .filter_map(|entry| entry.ok().map(|e| e.path()))

@@ -342,7 +342,7 @@ fn main() -> Result<(), String> {
     let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1));
     let head_dims = bench::report::list_arg(&args, "--head-dims", vec![64, 128, 256])?;
     let out = value("--out").map(std::path::PathBuf::from);
-    let only: Vec<String> = bench::report::list_arg(&args, "--only", Vec::new())?;
+    let only = bench::report::names_arg(&args, "--only")?;
     if let Some(dir) = &out {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }

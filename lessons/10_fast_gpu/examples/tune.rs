@@ -20,6 +20,7 @@
 //! cargo run --release -p lesson10 --example tune -- --ablate none     # no parts left out
 //! cargo run --release -p lesson10 --example tune -- --only v8 --causal no  # no causal column
 //! cargo run --release -p lesson10 --example tune -- --only v8 --keep-going  # time wrong ones too
+//! cargo run --release -p lesson10 --example tune -- --only "v8 8x1x16 rows, 16 keys;v10"  # ; splits
 //! cargo run --release -p lesson10 --example tune -- --batch 16   # B = 16 (default 4), H = 16
 //! ```
 
@@ -160,7 +161,7 @@ fn main() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let list = |flag: &str, default: Vec<usize>| bench::report::list_arg(&args, flag, default);
     let head_dims = list("--head-dims", vec![64, 128])?;
-    let only: Vec<String> = bench::report::list_arg(&args, "--only", Vec::new())?;
+    let only = bench::report::names_arg(&args, "--only")?;
     let seqs = list("--seqs", vec![4096, 16384])?;
     let keep_going = args.iter().any(|a| a == "--keep-going");
     let batch = match list("--batch", vec![4])?[..] {

@@ -75,7 +75,8 @@ impl AttentionBuffers {
     /// the scale; plus the device's buffer limits) and uploads them as `kernel` reads them:
     /// each row padded to a multiple of its [`row_alignment`](AttentionKernel::row_alignment),
     /// in its [`storage`](AttentionKernel::storage) format (an input too large for f16 is an
-    /// error, never an infinity).
+    /// error, never an infinity, where the kernel
+    /// [needs f16's range](AttentionKernel::inputs_fit_f16)).
     pub fn upload(
         device: &wgpu::Device,
         kernel: &(impl AttentionKernel + ?Sized),
@@ -91,6 +92,10 @@ impl AttentionBuffers {
         let upload = |tensor: &'static str, x: &Array4<f32>| {
             let rows = padded_rows(x, row_stride);
             match storage {
+                Storage::F32 if kernel.inputs_fit_f16() => {
+                    check_f16_range(tensor, x)?;
+                    buffers::upload(device, tensor, &rows)
+                }
                 Storage::F32 => buffers::upload(device, tensor, &rows),
                 Storage::F16 => buffers::upload(device, tensor, &f16_bits(tensor, x, &rows)?),
                 Storage::BF16 => Err(GpuError::KernelMisuse(
@@ -165,6 +170,13 @@ fn f16_bits(
     x: &Array4<f32>,
     rows: &[f32],
 ) -> Result<Vec<u16>, AttentionError> {
+    check_f16_range(tensor, x)?;
+    Ok(rows.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect())
+}
+
+/// [`AttentionError::NotRepresentable`] naming the first element of `x` that f16 cannot hold
+/// (it would round to an infinity), if any.
+fn check_f16_range(tensor: &'static str, x: &Array4<f32>) -> Result<(), AttentionError> {
     let too_large = x.indexed_iter().find(|(_, v)| half::f16::from_f32(**v).is_infinite());
     if let Some(((b, h, n, d), &value)) = too_large {
         let largest = half::f16::MAX.to_f32();
@@ -177,7 +189,7 @@ fn f16_bits(
             largest,
         });
     }
-    Ok(rows.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect())
+    Ok(())
 }
 
 /// The uniform for `shape` (for a caller that binds its own buffers, as lesson 12's GPU model
@@ -219,6 +231,13 @@ pub trait AttentionKernel {
     /// (rounded on upload). O and L are f32 either way.
     fn storage(&self) -> Storage {
         Storage::F32
+    }
+
+    /// Whether every input must be a number that f16 can hold: true for f16 storage, and for
+    /// a kernel that splits f32 inputs into two f16s on the GPU (lesson 10's version 11). An
+    /// input that f16 cannot hold is then an error on upload, never an infinity.
+    fn inputs_fit_f16(&self) -> bool {
+        self.storage() == Storage::F16
     }
 
     /// Bytes of GPU memory the kernel allocates for itself on this problem, beyond the

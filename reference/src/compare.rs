@@ -75,6 +75,12 @@ impl Format {
     /// bf16: unit roundoff `2^-8` (7 stored mantissa bits), f32's range.
     pub const BF16: Self =
         Self { unit: 1.0 / (1u64 << 8) as f64, underflow: f32::MIN_POSITIVE as f64 };
+    /// An f32 held as two f16s, `hi = f16(x)` and `lo = f16((x - hi) 2^10)` (lesson 10's
+    /// version 11): within `2^-21 |x|`, and a product of two such pairs that drops `lo lo`
+    /// within `2^-19 |q k|`, counted as `2^-20` for each of its two numbers. Below `2^-14`
+    /// both halves lose relative precision: within `2^-35`, counted as `2^-34`.
+    pub const F16_PAIR: Self =
+        Self { unit: 1.0 / (1u64 << 20) as f64, underflow: 1.0 / (1u64 << 34) as f64 };
 }
 
 // ANCHOR: safety_factor
@@ -155,6 +161,11 @@ impl Tolerance {
     pub const F16_STORAGE_AND_WEIGHTS: Self =
         Self { storage: Format::F16, weights: Format::F16, ..Self::F32 };
     // ANCHOR_END: tolerance
+
+    /// f32 inputs and `P` each split into two f16s for the tensor cores ([`Format::F16_PAIR`]),
+    /// sums and `O` in f32, against the oracle on the unrounded inputs.
+    pub const F16_PAIRS: Self =
+        Self { storage: Format::F16_PAIR, weights: Format::F16_PAIR, ..Self::F32 };
 
     /// The same tolerance with an absolute error `error` allowed in every logit, in natural
     /// units, beyond the arithmetic's: what a GPU's `tanh` in a softcap adds (Vulkan requires

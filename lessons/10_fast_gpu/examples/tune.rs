@@ -38,12 +38,12 @@ use reference::{About, AttentionError, ForwardVersion, Problem, ProblemSpec, Tol
 type Build = Arc<dyn Fn(&wgpu::Device, usize) -> Result<Kernel, AttentionError> + Send + Sync>;
 
 /// A kernel to time: its name, how to build it, whether its output must be right, and the
-/// format it reads its inputs in (which sets the tolerance).
+/// registered version it is a shape of (whose card sets the format and the tolerance).
 struct Candidate {
     name: String,
     build: Build,
     validated: bool,
-    storage: Storage,
+    version: &'static str,
 }
 
 /// Which version 6 the parts are left out of (`--ablate`).
@@ -65,13 +65,13 @@ fn candidates(device: &wgpu::Device, head_dim: usize, ablate: Ablate) -> Vec<Can
         name: "v3 no bounds checks".into(),
         build: Arc::new(|device, d| Kernel::tensor_cores(device, d, Checks::Off)),
         validated: true,
-        storage: Storage::F16,
+        version: "v3 no bounds checks",
     }];
     all.push(Candidate {
         name: "v1 register tiles".into(),
         build: Arc::new(Kernel::register_tiles),
         validated: true,
-        storage: Storage::F32,
+        version: "v1 register tiles",
     });
     let f32_shapes =
         F32Tiles::tried(head_dim).into_iter().filter(|t| t.check_subgroups(device).is_ok());
@@ -90,11 +90,7 @@ fn candidates(device: &wgpu::Device, head_dim: usize, ablate: Ablate) -> Vec<Can
                 name: tiles.describe(),
                 build: Arc::new(move |device, d| Kernel::with_tiles(device, d, tiles)),
                 validated: true,
-                storage: if matches!(tiles, Tiles::F32Registers(_)) {
-                    Storage::F32
-                } else {
-                    Storage::F16
-                },
+                version: tiles.version(),
             });
         }
     }
@@ -128,7 +124,7 @@ fn candidates(device: &wgpu::Device, head_dim: usize, ablate: Ablate) -> Vec<Can
             name: format!("{} without {what}", Tiles::InRegisters(best).describe()),
             build: Arc::new(move |device, d| Kernel::in_registers_with(device, d, best, leave_out)),
             validated: false,
-            storage: Storage::F16,
+            version: "v6 registers",
         });
     }
     all
@@ -197,12 +193,12 @@ fn main() -> Result<(), String> {
     let gpu = Gpu::shared().map_err(|e| e.to_string())?;
     let timer = GpuTimer::new(&gpu.device, &gpu.queue).map_err(|e| e.to_string())?;
     println!("Device: {}; {}", gpu.describe(), bench::Machine::this().date);
-    // What the oracle and the tolerance assume: v1's card for f32 inputs, v2's for f16.
+    // What the oracle and the tolerance assume: the card of the version a kernel belongs to.
     let versions = lesson10::versions();
-    let card = |name: &str| versions.iter().find(|v| v.about.name == name).map(|v| v.about);
-    let f32_card = card("v1 register tiles").ok_or("v1 is registered")?;
-    let f16_card = card("v2 tensor cores").ok_or("v2 is registered")?;
-    let card_for = |storage| if storage == Storage::F32 { f32_card } else { f16_card };
+    let card_for = |name: &str| {
+        let card = versions.iter().find(|v| v.about.name == name).map(|v| v.about);
+        card.ok_or(format!("{name} is not a registered version"))
+    };
 
     for head_dim in head_dims {
         // 1. Every candidate that must be right is checked on small problems first.
@@ -216,8 +212,8 @@ fn main() -> Result<(), String> {
             only.is_empty() || only.iter().any(|prefix| lesson10::selected_by(&c.name, prefix))
         });
         for candidate in chosen {
-            let Candidate { name, build, validated, storage } = candidate;
-            let about = card_for(storage);
+            let Candidate { name, build, validated, version } = candidate;
+            let about = card_for(version)?;
             let checked = if validated {
                 let name: &'static str = Box::leak(name.clone().into_boxed_str());
                 let build = Arc::clone(&build);

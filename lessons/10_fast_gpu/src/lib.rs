@@ -67,6 +67,9 @@ pub const V9_OVERLAP: &str = include_str!("v9_overlap.wgsl");
 /// Version 10's WGSL source (its constants set by [`specialise`]).
 pub const V10_PAIRS: &str = include_str!("v10_pairs.wgsl");
 
+/// Version 11's WGSL: f32 inputs, each split into two f16s for the tensor cores.
+pub const V11_SPLIT_F32: &str = include_str!("v11_split_f32.wgsl");
+
 /// Largest head dimension (`MAX_OUT_CHUNKS` and `MAX_FRAGMENTS` in the shaders).
 pub const MAX_HEAD_DIM: usize = 256;
 
@@ -948,6 +951,96 @@ impl PairTiles {
     }
 }
 
+/// Version 11's shape of work: version 8's with one 16-row query tile per subgroup, Q in
+/// registers and K and V read where they are staged; every f32 input is split into two f16s
+/// (hi and lo), so K, V and P take twice version 8's arena and Q twice its registers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SplitTiles {
+    /// Subgroups of 32 threads per workgroup, 16 query rows each: 4 or 8.
+    pub subgroups: usize,
+    /// Keys per tile: 16 or 32.
+    pub block_kv: usize,
+}
+
+impl SplitTiles {
+    /// Query rows per workgroup.
+    pub fn block_q(&self) -> usize {
+        16 * self.subgroups
+    }
+
+    /// Bytes of workgroup memory at `head_dim` (a multiple of 16), as the shader declares it:
+    /// the f16 arena (K, V and P, hi and lo, or one pass of Q's his and los if that is
+    /// larger), S in f32, a rescale factor per row and the flag.
+    pub fn workgroup_bytes(&self, head_dim: usize) -> usize {
+        let (_, per_pass) = self.query_passes(head_dim);
+        let pass = 2 * 16 * per_pass * ArenaTiles::kv_stride(head_dim);
+        let arena = self.kvp(head_dim).max(pass);
+        arena_layout_bytes(arena, self.block_q(), self.block_kv / 4 + 2)
+    }
+
+    /// How Q reaches its registers: `(passes, subgroups per pass)`, as many subgroups' rows
+    /// (hi and lo) at a time as fit where K, V and P will be (at least one).
+    pub fn query_passes(&self, head_dim: usize) -> (usize, usize) {
+        let subgroup_rows = 2 * 16 * ArenaTiles::kv_stride(head_dim);
+        let per_pass = (self.kvp(head_dim) / subgroup_rows).clamp(1, self.subgroups);
+        (self.subgroups.div_ceil(per_pass), per_pass)
+    }
+
+    /// K, V and P, each as hi and lo, in vec4s of halves (the shader's `KVP`).
+    fn kvp(&self, head_dim: usize) -> usize {
+        2 * kvp(self.block_q(), self.block_kv, head_dim)
+    }
+
+    /// Whether version 11 accepts these tiles at `head_dim`.
+    pub fn check(&self, head_dim: usize) -> Result<(), AttentionError> {
+        let sensible = [4, 8].contains(&self.subgroups)
+            && [16, 32].contains(&self.block_kv)
+            && head_dim.is_multiple_of(16);
+        if !sensible {
+            return Err(GpuError::KernelMisuse(format!(
+                "v11 split f32: {self:?} at head_dim {head_dim}; expected 4 or 8 subgroups, 16 \
+                 or 32 keys, a head_dim that is a multiple of 16"
+            ))
+            .into());
+        }
+        Ok(())
+    }
+
+    /// Version 11's source for these tiles at `head_dim`: its constants set, its marked loops
+    /// unrolled ([`unroll`]).
+    pub fn source(&self, head_dim: usize) -> Result<String, AttentionError> {
+        let constants = [
+            ("HEAD_DIM", head_dim),
+            ("BLOCK_KV", self.block_kv),
+            ("SUBGROUPS", self.subgroups),
+        ];
+        unroll(&specialise(V11_SPLIT_F32, &constants)?)
+    }
+
+    /// Every shape the tests check and the tuning example times (those that do not fit a
+    /// device's workgroup memory are left out where they run).
+    pub fn tried(_head_dim: usize) -> Vec<Self> {
+        [(8, 16), (4, 16), (8, 32), (4, 32)]
+            .into_iter()
+            .map(|(subgroups, block_kv)| SplitTiles { subgroups, block_kv })
+            .collect()
+    }
+
+    /// The tiles to try at `head_dim`, best first (only shapes of [`SplitTiles::tried`]), as
+    /// measured on an H100 (2026-11-26, examples/tune.rs at N = 4096 and 16384): 4 subgroups
+    /// at D = 64 (65.6 and 73.3 TFLOP/s against 60.1 and 67.7 with 8), 8 at D = 128 (66.3 and
+    /// 68.0 against 47.3 and 40.6); at D = 256 only 4 fit.
+    pub fn preferred(head_dim: usize) -> Vec<Self> {
+        let subgroups = if head_dim <= 64 { [4, 8] } else { [8, 4] };
+        subgroups.into_iter().map(|subgroups| SplitTiles { subgroups, block_kv: 16 }).collect()
+    }
+
+    /// The first of [`SplitTiles::preferred`] that fits `device` at `head_dim`.
+    pub fn for_device(device: &wgpu::Device, head_dim: usize) -> Result<Self, AttentionError> {
+        first_that_fits(device, &Self::preferred(head_dim), |t| t.workgroup_bytes(head_dim))
+    }
+}
+
 /// Whether a tensor-core version (5, 6, 8 or 9) accepts `tiles`, whose shape is `(subgroups,
 /// row tiles, keys per tile)`, at `head_dim`: 1 to 8 subgroups, 1 or 2 row tiles, 16, 32 or 64
 /// keys, a head dimension that is a multiple of 16.
@@ -1018,6 +1111,8 @@ pub enum Tiles {
     Overlap(ArenaTiles),
     /// Version 10.
     Pairs(PairTiles),
+    /// Version 11.
+    Split(SplitTiles),
 }
 
 impl Tiles {
@@ -1031,6 +1126,7 @@ impl Tiles {
             Tiles::F32Registers(t) => t.block_q(),
             Tiles::Arena(t) | Tiles::Overlap(t) => t.block_q(),
             Tiles::Pairs(t) => t.block_q(),
+            Tiles::Split(t) => t.block_q(),
         }
     }
 
@@ -1046,13 +1142,14 @@ impl Tiles {
             | Tiles::InRegisters(_)
             | Tiles::Arena(_)
             | Tiles::Overlap(_)
-            | Tiles::Pairs(_) => 0,
+            | Tiles::Pairs(_)
+            | Tiles::Split(_) => 0,
         }
     }
 }
 
 impl Tiles {
-    /// Every tile shape of the tensor-core versions 4 to 6 and 8 to 10 that the tuning example
+    /// Every tile shape of the tensor-core versions 4 to 6 and 8 to 11 that the tuning example
     /// times and the tests check at `head_dim` (a multiple of 16).
     pub fn tensor_core_shapes(head_dim: usize) -> Vec<Tiles> {
         let v4 = SpecialisedTiles::tried(head_dim).into_iter().map(Tiles::Specialised);
@@ -1061,7 +1158,8 @@ impl Tiles {
         let v8 = ArenaTiles::tried(head_dim).into_iter().map(Tiles::Arena);
         let v9 = ArenaTiles::tried(head_dim).into_iter().map(Tiles::Overlap);
         let v10 = PairTiles::tried(head_dim).into_iter().map(Tiles::Pairs);
-        v4.chain(v5).chain(v6).chain(v8).chain(v9).chain(v10).collect()
+        let v11 = SplitTiles::tried(head_dim).into_iter().map(Tiles::Split);
+        v4.chain(v5).chain(v6).chain(v8).chain(v9).chain(v10).chain(v11).collect()
     }
 
     /// Bytes of workgroup memory at `head_dim`; none for versions 1 to 3, which choose
@@ -1075,6 +1173,33 @@ impl Tiles {
             Tiles::F32Registers(t) => t.workgroup_bytes(head_dim),
             Tiles::Arena(t) | Tiles::Overlap(t) => t.workgroup_bytes(head_dim),
             Tiles::Pairs(t) => t.workgroup_bytes(head_dim.next_multiple_of(32)),
+            Tiles::Split(t) => t.workgroup_bytes(head_dim),
+        }
+    }
+
+    /// The registered name of the version these tiles belong to (its card in [`versions`]
+    /// holds its tolerance).
+    pub fn version(&self) -> &'static str {
+        match self {
+            Tiles::Register(_) => "v1 register tiles",
+            Tiles::TensorCore(_) => "v3 no bounds checks",
+            Tiles::Specialised(_) => "v4 specialised",
+            Tiles::Pipelined(_) => "v5 pipelined",
+            Tiles::InRegisters(_) => "v6 registers",
+            Tiles::F32Registers(_) => "v7 f32 registers",
+            Tiles::Arena(_) => "v8 arena",
+            Tiles::Overlap(_) => "v9 overlap",
+            Tiles::Pairs(_) => "v10 pairs",
+            Tiles::Split(_) => "v11 split f32",
+        }
+    }
+
+    /// The format the version these tiles belong to reads its inputs in: f32 for versions 1,
+    /// 7 and 11, f16 for the others.
+    pub fn storage(&self) -> Storage {
+        match self {
+            Tiles::Register(_) | Tiles::F32Registers(_) | Tiles::Split(_) => Storage::F32,
+            _ => Storage::F16,
         }
     }
 
@@ -1124,6 +1249,7 @@ impl Tiles {
                 t.block_kv,
                 t.load_at.phrase(),
             ),
+            Tiles::Split(t) => format!("v11 {}x1x16 rows, {} keys", t.subgroups, t.block_kv),
         }
     }
 }
@@ -1404,6 +1530,27 @@ impl Kernel {
         Self::specialised_kernel(device, name, head_dim, Tiles::Pairs(tiles), source)
     }
 
+    /// Version 11 for `head_dim` with the tiles measured fastest that fit `device`.
+    pub fn split_f32(device: &wgpu::Device, head_dim: usize) -> Result<Self, AttentionError> {
+        let padded = head_dim.next_multiple_of(16);
+        Self::split_f32_with(device, head_dim, SplitTiles::for_device(device, padded)?)
+    }
+
+    /// Version 11 for `head_dim` with the given tiles: f32 inputs, split on the GPU.
+    pub fn split_f32_with(
+        device: &wgpu::Device,
+        head_dim: usize,
+        tiles: SplitTiles,
+    ) -> Result<Self, AttentionError> {
+        check_tensor_cores(device, head_dim, "v11 split f32")?;
+        let padded = head_dim.next_multiple_of(16);
+        tiles.check(padded)?;
+        let source = || tiles.source(padded);
+        let name = ("v11 split f32", "v11_split_f32.wgsl");
+        let kernel = Self::specialised_kernel(device, name, head_dim, Tiles::Split(tiles), source)?;
+        Ok(Self { storage: Storage::F32, ..kernel })
+    }
+
     /// Version 7 for `head_dim`, with the largest tiles that fit `device`.
     pub fn f32_registers(device: &wgpu::Device, head_dim: usize) -> Result<Self, AttentionError> {
         check_head_dim(head_dim)?;
@@ -1464,6 +1611,7 @@ impl Kernel {
             Tiles::Arena(t) => Self::arena_with(device, head_dim, t),
             Tiles::Overlap(t) => Self::overlap_with(device, head_dim, t),
             Tiles::Pairs(t) => Self::pairs_with(device, head_dim, t),
+            Tiles::Split(t) => Self::split_f32_with(device, head_dim, t),
         }
     }
 
@@ -1493,7 +1641,8 @@ impl AttentionKernel for Kernel {
             | Tiles::Pipelined(_)
             | Tiles::InRegisters(_)
             | Tiles::Arena(_)
-            | Tiles::Overlap(_) => 16,
+            | Tiles::Overlap(_)
+            | Tiles::Split(_) => 16,
             // Each subgroup of a pair takes half of the 16-wide slices.
             Tiles::Pairs(_) => 32,
         }
@@ -1501,6 +1650,11 @@ impl AttentionKernel for Kernel {
 
     fn storage(&self) -> Storage {
         self.storage
+    }
+
+    /// Version 11 splits each f32 input into two f16s on the GPU: f16 must hold it.
+    fn inputs_fit_f16(&self) -> bool {
+        self.storage == Storage::F16 || matches!(self.tiles, Tiles::Split(_))
     }
 
     fn dispatches(
@@ -1653,6 +1807,15 @@ pub fn versions() -> Vec<KernelVersion> {
     fn pairs(device: &wgpu::Device, d: usize) -> Built {
         boxed(Kernel::pairs(device, d))
     }
+    let v11 = About {
+        name: "v11 split f32",
+        change: "f32 inputs as two f16s each on the tensor cores: three products for every one",
+        ..v1
+    }
+    .stored_in(Storage::F32, Tolerance::F16_PAIRS);
+    fn split_f32(device: &wgpu::Device, d: usize) -> Built {
+        boxed(Kernel::split_f32(device, d))
+    }
     vec![
         KernelVersion::new(v1, register_tiles),
         KernelVersion::new(v2, tensor_cores).requiring(tensor_core_features),
@@ -1664,6 +1827,7 @@ pub fn versions() -> Vec<KernelVersion> {
         KernelVersion::new(v8, arena).requiring(tensor_core_features),
         KernelVersion::new(v9, overlap).requiring(tensor_core_features),
         KernelVersion::new(v10, pairs).requiring(tensor_core_features),
+        KernelVersion::new(v11, split_f32).requiring(tensor_core_features),
     ]
 }
 // ANCHOR_END: versions

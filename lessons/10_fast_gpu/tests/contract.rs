@@ -136,7 +136,7 @@ fn compiled_with(tiles: Tiles) -> impl Forward {
     }
 }
 
-/// Every tile shape of versions 4 to 10 at `head_dim` that fits the test device, if it has
+/// Every tile shape of versions 4 to 11 at `head_dim` that fits the test device, if it has
 /// tensor cores (none on lavapipe).
 fn tensor_core_shapes(head_dim: usize) -> Vec<Tiles> {
     let Some(gpu) = gpu::for_tests().filter(|gpu| gpu.has_tensor_cores()) else {
@@ -149,10 +149,11 @@ fn tensor_core_shapes(head_dim: usize) -> Vec<Tiles> {
     shapes
 }
 
-/// The tolerance of the tensor-core versions (all store f16 and round P to f16).
-fn tensor_core_tolerance() -> reference::Tolerance {
-    let v2 = lesson10::versions().into_iter().find(|v| v.about.name == "v2 tensor cores");
-    v2.expect("registered").about.tolerance
+/// The tolerance of the version `tiles` belong to: f16 storage with P rounded to f16 for
+/// versions 4 to 10, f32 split into pairs of f16s for version 11.
+fn tolerance_of(tiles: Tiles) -> reference::Tolerance {
+    let version = lesson10::versions().into_iter().find(|v| v.about.name == tiles.version());
+    version.expect("registered").about.tolerance
 }
 
 proptest! {
@@ -163,7 +164,7 @@ proptest! {
         let shapes = tensor_core_shapes(case.spec.head_dim);
         if shapes.is_empty() { return Ok(()); }
         let tiles = shapes[pick % shapes.len()];
-        check_against_oracle(&compiled_with(tiles), &case, tensor_core_tolerance())
+        check_against_oracle(&compiled_with(tiles), &case, tolerance_of(tiles))
             .map_err(|e| TestCaseError::fail(format!("{}: {e}", tiles.describe())))?;
     }
 }
@@ -179,7 +180,7 @@ fn tensor_core_tiles_rescale_correctly() {
             let expected = oracle::expected(&p.q, &p.k, &p.v, &p.options).unwrap();
             for tiles in tensor_core_shapes(head_dim) {
                 let out = run(&compiled_with(tiles), &p).unwrap();
-                check_output(&out, &expected, tensor_core_tolerance())
+                check_output(&out, &expected, tolerance_of(tiles))
                     .unwrap_or_else(|e| panic!("{}, D={head_dim}: {e}", tiles.describe()));
             }
         }
@@ -206,7 +207,7 @@ fn head_dims_64_128_256_tails_and_causal_offsets() {
     }
 }
 
-/// Every tile shape of versions 4 to 10, not only the ones each version picks, on the tails
+/// Every tile shape of versions 4 to 11, not only the ones each version picks, on the tails
 /// and causal offsets above (a random case per shape is too few to be sure of every edge).
 #[test]
 fn every_tensor_core_tile_shape_on_tails_and_causal_offsets() {
@@ -217,7 +218,7 @@ fn every_tensor_core_tile_shape_on_tails_and_causal_offsets() {
                 for causal in [false, true] {
                     let spec = ProblemSpec::new(1, 2, q_len, kv_len, head_dim).causal(causal);
                     let case = Case { spec, seed: 4 };
-                    check_against_oracle(&forward, &case, tensor_core_tolerance())
+                    check_against_oracle(&forward, &case, tolerance_of(tiles))
                         .unwrap_or_else(|e| panic!("{}, {case:?}: {e}", tiles.describe()));
                 }
             }
@@ -410,4 +411,25 @@ fn f32_registers_refuse_subgroups_that_would_mix_rows() {
     for odd in [F32Tiles { row_groups: 3, ..tiles }, F32Tiles { rows_per_thread: 6, ..tiles }] {
         assert!(odd.check().unwrap_err().to_string().contains("row groups"));
     }
+}
+
+/// Version 11 splits each f32 input into two f16s on the GPU: an input that f16 cannot hold is
+/// an error on upload that names it, never an infinity in the output; f16's largest number
+/// is accepted and comes out as f32 would have it.
+#[test]
+fn version_11_refuses_an_input_that_f16_cannot_hold() {
+    let Some(gpu) = gpu::for_tests().filter(|gpu| gpu.has_tensor_cores()) else { return };
+    let p = Problem::random(&ProblemSpec::new(1, 1, 17, 17, 64), 5);
+    let kernel = Kernel::split_f32(&gpu.device, 64).unwrap();
+    let mut v = p.v.clone();
+    v[[0, 0, 3, 5]] = 70000.0;
+    let err = attention_on(&gpu.device, &gpu.queue, &kernel, &p.q, &p.k, &v, &p.options)
+        .expect_err("70000 is beyond f16");
+    let text = err.to_string();
+    assert!(text.contains("V[0, 0, 3, 5] = 70000") && text.contains("f16"), "{text}");
+    v[[0, 0, 3, 5]] = 65504.0;
+    let expected = oracle::expected(&p.q, &p.k, &v, &p.options).unwrap();
+    let out = attention_on(&gpu.device, &gpu.queue, &kernel, &p.q, &p.k, &v, &p.options).unwrap();
+    let tolerance = tolerance_of(kernel.tiles());
+    check_output(&out, &expected, tolerance).unwrap();
 }

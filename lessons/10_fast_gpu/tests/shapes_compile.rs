@@ -1,4 +1,4 @@
-//! Every tile shape of the specialised versions (4 to 10) at every head dimension they accept
+//! Every tile shape of the specialised versions (4 to 11) at every head dimension they accept
 //! compiles: naga validates the source with its constants written in, translates it to
 //! SPIR-V, and every barrier is in uniform control flow. No GPU needed, so a shape that would
 //! only fail on a lent GPU with tensor cores fails here, in CI, first.
@@ -6,7 +6,7 @@
 use gpu::kernel::{Checks, spirv, workgroup_memory_bytes};
 use lesson10::{
     ArenaTiles, F32Tiles, LeaveOut, LoadAt, PairTiles, PipelinedTiles, SpecialisedTiles,
-    V4_SPECIALISED, V5_PIPELINED, V8_ARENA, V9_OVERLAP, specialise,
+    SplitTiles, V4_SPECIALISED, V5_PIPELINED, V8_ARENA, V9_OVERLAP, specialise,
 };
 
 fn compiles(label: &str, source: &str) -> Result<(), String> {
@@ -45,6 +45,10 @@ fn every_tile_shape_compiles_at_every_head_dim() {
                 failures.extend(compiles(&format!("v10 {tiles:?} D={head_dim}"), &source).err());
             }
         }
+        for tiles in SplitTiles::tried(head_dim) {
+            let source = tiles.source(head_dim).unwrap();
+            failures.extend(compiles(&format!("v11 {tiles:?} D={head_dim}"), &source).err());
+        }
     }
     // Version 7 takes any head dimension (rows are padded to a multiple of 4).
     for head_dim in (4..=256).step_by(4) {
@@ -77,6 +81,17 @@ fn version_8_workgroup_memory_is_what_the_shader_declares() {
 fn version_10_workgroup_memory_is_what_the_shader_declares() {
     for head_dim in (32..=256).step_by(32) {
         for tiles in PairTiles::tried(head_dim) {
+            let declared = workgroup_memory_bytes(&tiles.source(head_dim).unwrap()).unwrap();
+            assert_eq!(tiles.workgroup_bytes(head_dim), declared, "{tiles:?} at D={head_dim}");
+        }
+    }
+}
+
+/// The same for version 11, whose arena holds K, V and P twice (hi and lo).
+#[test]
+fn version_11_workgroup_memory_is_what_the_shader_declares() {
+    for head_dim in (16..=256).step_by(16) {
+        for tiles in SplitTiles::tried(head_dim) {
             let declared = workgroup_memory_bytes(&tiles.source(head_dim).unwrap()).unwrap();
             assert_eq!(tiles.workgroup_bytes(head_dim), declared, "{tiles:?} at D={head_dim}");
         }
@@ -140,6 +155,14 @@ fn unsupported_subgroup_tiles_are_refused_with_what_is_expected() {
     }
     let err = pairs.check(48).unwrap_err().to_string();
     assert!(err.contains("a head_dim that is a multiple of 32"), "{err}");
+    let split = SplitTiles::preferred(64)[0];
+    assert!(split.check(64).is_ok());
+    for bad in [SplitTiles { subgroups: 2, ..split }, SplitTiles { block_kv: 64, ..split }] {
+        let err = bad.check(64).unwrap_err().to_string();
+        assert!(err.contains("v11 split f32") && err.contains("expected 4 or 8 subgroups"), "{err}");
+    }
+    let err = split.check(40).unwrap_err().to_string();
+    assert!(err.contains("a head_dim that is a multiple of 16"), "{err}");
     let v6 = PipelinedTiles::tried_in_registers(64)[0];
     assert!(v6.check("v6 registers", 64).is_ok());
     let err = PipelinedTiles { row_tiles: 3, ..v6 }.check("v6 registers", 64).unwrap_err();

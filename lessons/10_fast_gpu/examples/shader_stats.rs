@@ -280,7 +280,7 @@ impl Drop for Vulkan {
 type Build<'a> = Box<dyn FnOnce() -> Result<Kernel, AttentionError> + 'a>;
 
 /// The kernels to report at `head_dim`, each by its name: version 1 with its largest tiles,
-/// version 3, and every tile shape of versions 4 to 10 that fits the device.
+/// version 3, and every tile shape of versions 4 to 11 that fits the device.
 fn kernels(gpu: &Gpu, head_dim: usize) -> Vec<(String, Build<'_>)> {
     let device = &gpu.device;
     let available = device.limits().max_compute_workgroup_storage_size as usize;

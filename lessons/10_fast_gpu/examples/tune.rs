@@ -57,7 +57,7 @@ enum Ablate {
     Nothing,
 }
 
-/// Versions 3 and 1, every tile shape of versions 4 to 10 that fits, and version 6 with parts
+/// Versions 3 and 1, every tile shape of versions 4 to 11 that fits, and version 6 with parts
 /// left out (see [`Ablate`]).
 fn candidates(device: &wgpu::Device, head_dim: usize, ablate: Ablate) -> Vec<Candidate> {
     let available = device.limits().max_compute_workgroup_storage_size as usize;

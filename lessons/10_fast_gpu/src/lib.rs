@@ -1009,11 +1009,8 @@ impl SplitTiles {
     /// Version 11's source for these tiles at `head_dim`: its constants set, its marked loops
     /// unrolled ([`unroll`]).
     pub fn source(&self, head_dim: usize) -> Result<String, AttentionError> {
-        let constants = [
-            ("HEAD_DIM", head_dim),
-            ("BLOCK_KV", self.block_kv),
-            ("SUBGROUPS", self.subgroups),
-        ];
+        let constants =
+            [("HEAD_DIM", head_dim), ("BLOCK_KV", self.block_kv), ("SUBGROUPS", self.subgroups)];
         unroll(&specialise(V11_SPLIT_F32, &constants)?)
     }
 

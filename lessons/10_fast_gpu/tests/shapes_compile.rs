@@ -159,7 +159,10 @@ fn unsupported_subgroup_tiles_are_refused_with_what_is_expected() {
     assert!(split.check(64).is_ok());
     for bad in [SplitTiles { subgroups: 2, ..split }, SplitTiles { block_kv: 64, ..split }] {
         let err = bad.check(64).unwrap_err().to_string();
-        assert!(err.contains("v11 split f32") && err.contains("expected 4 or 8 subgroups"), "{err}");
+        assert!(
+            err.contains("v11 split f32") && err.contains("expected 4 or 8 subgroups"),
+            "{err}"
+        );
     }
     let err = split.check(40).unwrap_err().to_string();
     assert!(err.contains("a head_dim that is a multiple of 16"), "{err}");

@@ -95,8 +95,8 @@ pub const WARM_UP_SECONDS: f64 = 0.2;
 /// The least wall-clock time the warm-ups keep the GPU busy. After a second or more idle (the
 /// host making the next problem), an H100 was seen to run at its idle clock, 345 MHz, for up
 /// to a second of full load before it rose to 1980 MHz (`nvidia-smi` sampled every 200 ms
-/// during a tuning run, 2026-11-26); a kernel timed inside that second measured up to 5 times
-/// too slow, and the GPU time spent there is short, since the GPU runs slowly.
+/// during a tuning run, 2026-11-26); [`WARM_UP_SECONDS`] of GPU time pass well inside that
+/// second, and a kernel timed there measured up to 5 times too slow.
 pub const WARM_UP_WALL_SECONDS: f64 = 1.0;
 
 /// GPU time after which no more samples are taken, once [`FEWEST_SAMPLES`] are: a kernel that

@@ -75,10 +75,10 @@ impl Format {
     /// bf16: unit roundoff `2^-8` (7 stored mantissa bits), f32's range.
     pub const BF16: Self =
         Self { unit: 1.0 / (1u64 << 8) as f64, underflow: f32::MIN_POSITIVE as f64 };
-    /// An f32 held as two f16s, `hi = f16(x)` and `lo = f16((x - hi) 2^10)` (lesson 10's
-    /// version 11): within `2^-21 |x|`, and a product of two such pairs that drops `lo lo`
-    /// within `2^-19 |q k|`, counted as `2^-20` for each of its two numbers. Below `2^-14`
-    /// both halves lose relative precision: within `2^-35`, counted as `2^-34`.
+    /// An f32 held as two f16s, `hi` (x truncated to f16's bits) and `lo = f16((x - hi) 2^10)`
+    /// (lesson 10's version 11): within `2^-21 |x|`, and a product of two such pairs that
+    /// drops `lo lo` within `2^-19 |q k|`, counted as `2^-20` for each of its two numbers.
+    /// Where `lo` falls below f16's normal range (`|x| < 2^-13`) the pair is within `2^-34`.
     pub const F16_PAIR: Self =
         Self { unit: 1.0 / (1u64 << 20) as f64, underflow: 1.0 / (1u64 << 34) as f64 };
 }

@@ -5,23 +5,26 @@
 // kernel, which uses the tensor cores (3xTF32). WGSL's cooperative matrices take f16, whose
 // 11 bits are far from f32's 24; two of them are not:
 //
-//   x = hi + lo / 2^10,   hi = f16(x),   lo = f16((x - hi) 2^10)
+//   x = hi + lo / 2^10,   hi = x truncated to f16's bits,   lo = f16((x - hi) 2^10)
 //
-// hi is x cut to f16's 10 mantissa bits (within 2^-10 |x|), and lo the rest to 11 more
-// bits: the pair holds x within 2^-21 |x| (below 2^-14, where hi is 0, within 2^-35). Scaled by 2^10, lo
-// stays in f16's normal range for |x| down to 2^-4 (unscaled it would not, for most of
-// N(0, 1)), and up to f16's largest number for every |x| <= 65504, the most the host lets
-// in. A product of two split numbers is then three products of f16s, each exact in the f32
-// sums of the tensor cores:
+// hi is x with its mantissa cut to f16's 10 bits (below 2^-14, cut to f16's subnormal grid
+// of 2^-24), so x - hi is exact in f32 and below 2^-10 |x|; lo holds it to 11 more bits. The
+// pair holds x within 2^-21 |x| where lo is a normal f16 (2^-22 if the GPU rounds to
+// nearest), and within 2^-34 where it is not (|x| below 2^-13). Scaled by 2^10, lo stays a
+// normal f16 for |x| down to 2^-13, and finite for every x the host lets in (f16's range).
+// A product of two split numbers is then three products of f16s, each exact, summed in f32
+// by the tensor cores:
 //
 //   q k = q_hi k_hi + (q_hi k_lo + q_lo k_hi) / 2^10 + q_lo k_lo / 2^20
 //
-// and the last term, below 2^-20 |q k|, is dropped (3xTF32 does the same). S = Q K^T and
+// and the last term, below 2^-20 |q k|, is dropped (3xTF32 does the same). The tensor cores'
+// f32 sums are not necessarily rounded as IEEE sums are; the tolerance below has room for it. S = Q K^T and
 // O += P V each take three products instead of one, S into two accumulators (the main term
 // and the two cross terms, added when S is stored), O into two kept for the whole loop
 // (added when O is rescaled or written). K, V and P are staged as hi and lo, twice version
 // 8's arena; Q's fragments are held as hi and lo. The error model's tolerance for it counts
-// each stored number as off by 2^-20 of itself (`Tolerance::F16_PAIRS`).
+// each stored number as off by 2^-20 of itself, 16 times f32's unit roundoff, and 2^-34 below
+// f16's normal range (`Tolerance::F16_PAIRS`).
 //
 // Otherwise version 8, with one 16-row query tile per subgroup, Q in registers and K and V
 // read where they are staged.
@@ -53,6 +56,7 @@ const LO_SCALE: f32 = 1024.0;        // lo is stored times 2^10 ...
 const LO_STEP: f32 = 1.0 / 1024.0;   // ... and its products scaled back by 2^-10
 const F16_MANTISSA: u32 = 0xffffe000u;    // sign, exponent and the top 10 mantissa bits of an f32
 const F16_SMALLEST_NORMAL: f32 = 6.103515625e-5;  // 2^-14
+const F16_GRID_STEPS: f32 = 16777216.0;           // 2^24: f16's subnormals are multiples of 2^-24
 // O goes through the subgroup's rows of S to be rescaled or written out, as many 16-column
 // fragments at a time as a row of S holds (see version 6).
 const O_PER_ROUND: u32 = select(1u, 2u, FRAGMENTS % 2u == 0u && KEY_BLOCKS >= 2u);
@@ -109,12 +113,13 @@ const LN_2: f32 = 0.6931471805599453;
 
 // ANCHOR: split
 // x as hi + lo / 2^10, both f16, at `at` and `at + lo_at` in the arena. hi is x with its
-// mantissa cut to f16's 10 bits, a number f16 holds exactly (0 below f16's normal range,
-// where lo holds all of x); x - hi is then exact in f32. Not x - f32(f16(x)): measured on an
-// H100, the driver can fold that round trip away and leave lo = 0.
+// mantissa cut to f16's 10 bits, or below f16's normal range to its subnormal grid (both
+// numbers f16 holds exactly, if the driver keeps f16 subnormals), so x - hi is exact in f32.
+// Not x - f32(f16(x)): on an H100 that left lo = 0, as if the driver folded the round trip.
 fn store_split(x: vec4<f32>, at: u32, lo_at: u32) {
     let cut = bitcast<vec4<f32>>(bitcast<vec4<u32>>(x) & vec4<u32>(F16_MANTISSA));
-    let hi = select(cut, vec4<f32>(0.0), abs(x) < vec4<f32>(F16_SMALLEST_NORMAL));
+    let grid = trunc(x * F16_GRID_STEPS) / F16_GRID_STEPS;      // multiples of 2^-24
+    let hi = select(cut, grid, abs(x) < vec4<f32>(F16_SMALLEST_NORMAL));
     arena[at] = vec4<f16>(hi);
     arena[at + lo_at] = vec4<f16>((x - hi) * LO_SCALE);
 }

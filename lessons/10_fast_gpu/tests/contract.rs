@@ -433,3 +433,18 @@ fn version_11_refuses_an_input_that_f16_cannot_hold() {
     let tolerance = tolerance_of(kernel.tiles());
     check_output(&out, &expected, tolerance).unwrap();
 }
+
+/// Version 11 on values below f16's smallest normal number (2^-14, here about 1e-5) and equal
+/// weights (Q = 0): its error model holds each number's pair to 2^-34 there, so the split
+/// must keep the bits f16's subnormals lose (a `hi` of 0 below 2^-14 kept only 11 of them).
+#[test]
+fn version_11_keeps_values_below_f16s_normal_range() {
+    let Some(gpu) = gpu::for_tests().filter(|gpu| gpu.has_tensor_cores()) else { return };
+    let mut p = Problem::random(&ProblemSpec::new(1, 2, 70, 90, 64), 9);
+    p.q.fill(0.0);
+    p.v.mapv_inplace(|x| x * 1e-5);
+    let expected = oracle::expected(&p.q, &p.k, &p.v, &p.options).unwrap();
+    let kernel = Kernel::split_f32(&gpu.device, 64).unwrap();
+    let out = attention_on(&gpu.device, &gpu.queue, &kernel, &p.q, &p.k, &p.v, &p.options).unwrap();
+    check_output(&out, &expected, tolerance_of(kernel.tiles())).unwrap();
+}

@@ -115,12 +115,14 @@ mod tests {
     #[test]
     fn storage_agrees_with_the_tolerance() {
         for card in every_version() {
-            let rounded = match card.storage {
-                Storage::F32 => Format::EXACT,
-                Storage::F16 => Format::F16,
-                Storage::BF16 => Format::BF16,
+            let rounded: &[Format] = match card.storage {
+                // f32 inputs are read exactly, or split by the kernel into two f16s each for
+                // the tensor cores (lesson 10's version 11).
+                Storage::F32 => &[Format::EXACT, Format::F16_PAIR],
+                Storage::F16 => &[Format::F16],
+                Storage::BF16 => &[Format::BF16],
             };
-            assert_eq!(card.tolerance.storage, rounded, "{}", card.name);
+            assert!(rounded.contains(&card.tolerance.storage), "{}", card.name);
         }
     }
 

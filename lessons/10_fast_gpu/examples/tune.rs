@@ -22,6 +22,8 @@
 //! cargo run --release -p lesson10 --example tune -- --only v8 --keep-going  # time wrong ones too
 //! cargo run --release -p lesson10 --example tune -- --only "v8 8x1x16 rows, 16 keys;v10"  # ; splits
 //! cargo run --release -p lesson10 --example tune -- --batch 16   # B = 16 (default 4), H = 16
+//! cargo run --release -p lesson10 --example tune -- --seqs 4096 --kv-lens 4096,16384 --causal no
+//!                                                          # Nq = 4096 against Nkv = 4096, 16384
 //! ```
 
 use std::sync::Arc;
@@ -159,6 +161,8 @@ fn main() -> Result<(), String> {
     let head_dims = list("--head-dims", vec![64, 128])?;
     let only = bench::report::names_arg(&args, "--only")?;
     let seqs = list("--seqs", vec![4096, 16384])?;
+    // Nkv for every Nq in --seqs; without it, Nkv = Nq.
+    let kv_lens = list("--kv-lens", Vec::new())?;
     let keep_going = args.iter().any(|a| a == "--keep-going");
     let batch = match list("--batch", vec![4])?[..] {
         [b] if b > 0 => b,
@@ -176,6 +180,11 @@ fn main() -> Result<(), String> {
             other => return Err(format!("--causal {other:?}: expected no, yes or both")),
         },
     };
+    if !kv_lens.is_empty() && masks.contains(&true) {
+        // With the mask and Nq != Nkv the visible scores are not N^2 / 2: the FLOPs would need
+        // a convention the other tables do not use.
+        return Err("--kv-lens times unmasked problems only: add --causal no".into());
+    }
     let ablate = match args.iter().position(|a| a == "--ablate") {
         Some(i) if args.get(i + 1).map(String::as_str) == Some("none") => Ablate::Nothing,
         Some(i) => {
@@ -244,17 +253,22 @@ fn main() -> Result<(), String> {
             }
         }
         // 2. One problem per size for every kernel: making it takes longer than timing them.
-        let columns: Vec<(usize, bool)> =
-            masks.iter().flat_map(|&c| seqs.iter().map(move |&n| (n, c))).collect();
+        let kv_for = |n: usize| if kv_lens.is_empty() { vec![n] } else { kv_lens.clone() };
+        let columns: Vec<(usize, usize, bool)> = masks
+            .iter()
+            .flat_map(|&c| {
+                seqs.iter().flat_map(move |&n| kv_for(n).into_iter().map(move |kv| (n, kv, c)))
+            })
+            .collect();
         let mut tflops = vec![Vec::new(); built.len()];
-        for &(n, causal) in &columns {
-            let spec = ProblemSpec::new(batch, heads, n, n, head_dim).causal(causal);
+        for &(n, kv, causal) in &columns {
+            let spec = ProblemSpec::new(batch, heads, n, kv, head_dim).causal(causal);
             let problem = Problem::random(&spec, 1);
             // The inputs as each kernel reads them (f16 or f32, rows padded to 16 or 4), uploaded
             // once per format.
             let mut uploads: Vec<((Storage, usize), AttentionBuffers)> = Vec::new();
             let flops =
-                4.0 * (batch * heads * n * n * head_dim) as f64 / (1.0 + causal as u8 as f64);
+                4.0 * (batch * heads * n * kv * head_dim) as f64 / (1.0 + causal as u8 as f64);
             for ((name, kernel, tolerance), row) in built.iter().zip(&mut tflops) {
                 let format = (kernel.storage(), kernel.row_alignment());
                 if !uploads.iter().any(|(f, _)| *f == format) {
@@ -268,7 +282,7 @@ fn main() -> Result<(), String> {
                 let repeats = Repeats::new(3, 10);
                 let result = time(gpu, &timer, kernel, (&problem, io), *tolerance, repeats);
                 if let Err(e) = &result {
-                    println!("{name}, N={n}, causal={causal}: {e}");
+                    println!("{name}, N={n}, Nkv={kv}, causal={causal}: {e}");
                 }
                 row.push(result.ok().map(|s| flops / s / 1e12));
             }
@@ -278,9 +292,10 @@ fn main() -> Result<(), String> {
         } else {
             format!("D={head_dim}, B={batch}, TFLOP/s")
         }];
-        header.extend(
-            columns.iter().map(|(n, c)| format!("N={n}{}", if *c { " causal" } else { "" })),
-        );
+        header.extend(columns.iter().map(|&(n, kv, c)| {
+            let kv = if kv_lens.is_empty() { String::new() } else { format!(" Nkv={kv}") };
+            format!("N={n}{kv}{}", if c { " causal" } else { "" })
+        }));
         let mut table = Table::new(&header);
         for ((name, ..), row) in built.iter().zip(&tflops) {
             let mut cells = vec![Cell::Text(name.clone())];

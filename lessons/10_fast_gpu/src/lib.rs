@@ -1281,14 +1281,13 @@ fn check_tensor_cores(
     Ok(())
 }
 
-/// One compiled version: its pipeline, the head dimension and tiles it was compiled for, and
-/// the format it reads Q, K and V in.
+/// One compiled version: its pipeline, and the head dimension and tiles it was compiled for
+/// (which say the format it reads Q, K and V in: [`Tiles::storage`]).
 pub struct Kernel {
     name: &'static str,
     pipeline: wgpu::ComputePipeline,
     head_dim: usize,
     tiles: Tiles,
-    storage: Storage,
     shader: Shader,
 }
 
@@ -1334,14 +1333,7 @@ impl Kernel {
         let tiles = Tiles::Register(tiles);
         let shader =
             Shader { source: source.into(), overrides: constants.into(), checks: Checks::On };
-        Ok(Self {
-            name: "v1 register tiles",
-            pipeline,
-            head_dim,
-            tiles,
-            storage: Storage::F32,
-            shader,
-        })
+        Ok(Self { name: "v1 register tiles", pipeline, head_dim, tiles, shader })
     }
 
     /// Version 2 for `head_dim` (up to 256; rows are padded to a multiple of 16), on a device
@@ -1363,7 +1355,7 @@ impl Kernel {
         let tiles = Tiles::TensorCore(tiles);
         let name = if checks == Checks::On { "v2 tensor cores" } else { "v3 no bounds checks" };
         let shader = Shader { source: source.into(), overrides: constants.into(), checks };
-        Ok(Self { name, pipeline, head_dim, tiles, storage: Storage::F16, shader })
+        Ok(Self { name, pipeline, head_dim, tiles, shader })
     }
 
     /// Version 4 for `head_dim` with the tiles measured fastest that fit `device`.
@@ -1416,7 +1408,7 @@ impl Kernel {
         let pipeline =
             compile_with_checks(device, label, &source, "flash_forward", &[], Checks::Off)?;
         let shader = Shader { source, overrides: Vec::new(), checks: Checks::Off };
-        Ok(Self { name, pipeline, head_dim, tiles, storage: Storage::F16, shader })
+        Ok(Self { name, pipeline, head_dim, tiles, shader })
     }
 
     /// Version 5 for `head_dim` with the tiles measured fastest that fit `device`.
@@ -1544,8 +1536,7 @@ impl Kernel {
         tiles.check(padded)?;
         let source = || tiles.source(padded);
         let name = ("v11 split f32", "v11_split_f32.wgsl");
-        let kernel = Self::specialised_kernel(device, name, head_dim, Tiles::Split(tiles), source)?;
-        Ok(Self { storage: Storage::F32, ..kernel })
+        Self::specialised_kernel(device, name, head_dim, Tiles::Split(tiles), source)
     }
 
     /// Version 7 for `head_dim`, with the largest tiles that fit `device`.
@@ -1585,8 +1576,8 @@ impl Kernel {
         let label = "v7_f32_registers.wgsl";
         let pipeline = compile_with_checks(device, label, &source, "flash_forward", &[], checks)?;
         let shader = Shader { source, overrides: Vec::new(), checks };
-        let (name, tiles, storage) = ("v7 f32 registers", Tiles::F32Registers(tiles), Storage::F32);
-        Ok(Self { name, pipeline, head_dim, tiles, storage, shader })
+        let (name, tiles) = ("v7 f32 registers", Tiles::F32Registers(tiles));
+        Ok(Self { name, pipeline, head_dim, tiles, shader })
     }
 
     /// The version that `tiles` belong to, compiled with them for `head_dim` (versions 2
@@ -1646,12 +1637,12 @@ impl AttentionKernel for Kernel {
     }
 
     fn storage(&self) -> Storage {
-        self.storage
+        self.tiles.storage()
     }
 
     /// Version 11 splits each f32 input into two f16s on the GPU: f16 must hold it.
     fn inputs_fit_f16(&self) -> bool {
-        self.storage == Storage::F16 || matches!(self.tiles, Tiles::Split(_))
+        self.storage() == Storage::F16 || matches!(self.tiles, Tiles::Split(_))
     }
 
     fn dispatches(

@@ -202,6 +202,32 @@ pub fn names_arg(args: &[String], flag: &str) -> Result<Vec<String>, String> {
     Ok(value.split(separator).map(str::to_string).collect())
 }
 
+/// The problems a tuning run times, `(Nq, Nkv, causal)`, masks outermost: every Nq of `seqs`
+/// against every Nkv of `kv_lens`, or against itself when `kv_lens` is empty. With the mask
+/// and Nq != Nkv the visible scores are not N^2 / 2, the FLOP count every other table uses,
+/// so other lengths of keys are refused with the mask, and lengths of 0 always.
+pub fn problem_columns(
+    seqs: &[usize],
+    kv_lens: &[usize],
+    masks: &[bool],
+) -> Result<Vec<(usize, usize, bool)>, String> {
+    if seqs.contains(&0) || kv_lens.contains(&0) {
+        return Err(format!(
+            "--seqs {seqs:?}, --kv-lens {kv_lens:?}: expected lengths of 1 or more"
+        ));
+    }
+    if !kv_lens.is_empty() && masks.contains(&true) {
+        return Err("--kv-lens times unmasked problems only: add --causal no".into());
+    }
+    let kv_for = |n: usize| if kv_lens.is_empty() { vec![n] } else { kv_lens.to_vec() };
+    Ok(masks
+        .iter()
+        .flat_map(|&c| {
+            seqs.iter().flat_map(move |&n| kv_for(n).into_iter().map(move |kv| (n, kv, c)))
+        })
+        .collect())
+}
+
 /// The folder a benchmark writes its CSV and SVG files to: `--out DIR` when given, else the
 /// book's `book/src/figures` in the workspace the program runs in.
 #[derive(Clone, Debug, PartialEq)]
@@ -322,6 +348,26 @@ mod tests {
         let bad: Vec<String> = ["--seqs", "1024,x"].map(String::from).into();
         assert!(list_arg::<usize>(&bad, "--seqs", vec![]).unwrap_err().contains("\"x\""));
     }
+
+    #[test]
+    fn problem_columns_pair_every_length_of_queries_with_every_length_of_keys() {
+        let square = problem_columns(&[4096, 16384], &[], &[false, true]);
+        let expected = vec![
+            (4096, 4096, false),
+            (16384, 16384, false),
+            (4096, 4096, true),
+            (16384, 16384, true),
+        ];
+        assert_eq!(square, Ok(expected));
+        let other = problem_columns(&[4096], &[1024, 16384], &[false]);
+        assert_eq!(other, Ok(vec![(4096, 1024, false), (4096, 16384, false)]));
+        let masked = problem_columns(&[4096], &[1024], &[false, true]).unwrap_err();
+        assert!(masked.contains("--causal no"), "{masked}");
+        let empty = problem_columns(&[4096], &[0], &[false]).unwrap_err();
+        assert!(empty.contains("1 or more"), "{empty}");
+        assert!(problem_columns(&[0], &[], &[false]).is_err());
+    }
+
     use crate::plot::Scale;
 
     fn table() -> Table {

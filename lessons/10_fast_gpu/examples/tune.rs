@@ -180,11 +180,7 @@ fn main() -> Result<(), String> {
             other => return Err(format!("--causal {other:?}: expected no, yes or both")),
         },
     };
-    if !kv_lens.is_empty() && masks.contains(&true) {
-        // With the mask and Nq != Nkv the visible scores are not N^2 / 2: the FLOPs would need
-        // a convention the other tables do not use.
-        return Err("--kv-lens times unmasked problems only: add --causal no".into());
-    }
+    let columns = bench::report::problem_columns(&seqs, &kv_lens, &masks)?;
     let ablate = match args.iter().position(|a| a == "--ablate") {
         Some(i) if args.get(i + 1).map(String::as_str) == Some("none") => Ablate::Nothing,
         Some(i) => {
@@ -253,13 +249,6 @@ fn main() -> Result<(), String> {
             }
         }
         // 2. One problem per size for every kernel: making it takes longer than timing them.
-        let kv_for = |n: usize| if kv_lens.is_empty() { vec![n] } else { kv_lens.clone() };
-        let columns: Vec<(usize, usize, bool)> = masks
-            .iter()
-            .flat_map(|&c| {
-                seqs.iter().flat_map(move |&n| kv_for(n).into_iter().map(move |kv| (n, kv, c)))
-            })
-            .collect();
         let mut tflops = vec![Vec::new(); built.len()];
         for &(n, kv, causal) in &columns {
             let spec = ProblemSpec::new(batch, heads, n, kv, head_dim).causal(causal);

@@ -18,13 +18,13 @@
 //   q k = q_hi k_hi + (q_hi k_lo + q_lo k_hi) / 2^10 + q_lo k_lo / 2^20
 //
 // and the last term, below 2^-20 |q k|, is dropped (3xTF32 does the same). The tensor cores'
-// f32 sums are not necessarily rounded as IEEE sums are; the tolerance below has room for it. S = Q K^T and
-// O += P V each take three products instead of one, S into two accumulators (the main term
-// and the two cross terms, added when S is stored), O into two kept for the whole loop
-// (added when O is rescaled or written). K, V and P are staged as hi and lo, twice version
-// 8's arena; Q's fragments are held as hi and lo. The error model's tolerance for it counts
-// each stored number as off by 2^-20 of itself, 16 times f32's unit roundoff, and 2^-34 below
-// f16's normal range (`Tolerance::F16_PAIRS`).
+// f32 sums are not necessarily rounded as IEEE sums are; the tolerance below has room for it.
+// S = Q K^T and O += P V each take three products instead of one, S into two accumulators (the
+// main term and the two cross terms, added when S is stored), O into two kept for the whole
+// loop (added when O is rescaled or written). K, V and P are staged as hi and lo, twice
+// version 8's arena; Q's fragments are held as hi and lo. The error model's tolerance for it
+// counts each stored number as off by 2^-20 of itself, 16 times f32's unit roundoff, and 2^-34
+// below f16's normal range (`Tolerance::F16_PAIRS`).
 //
 // Otherwise version 8, with one 16-row query tile per subgroup, Q in registers and K and V
 // read where they are staged.

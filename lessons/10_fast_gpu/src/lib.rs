@@ -676,6 +676,33 @@ impl LoadAt {
     }
 }
 
+/// The order in which a workgroup of versions 8 to 10 reads the tiles of K and V.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyOrder {
+    /// Tile 0, 1, 2, ...: every workgroup of a slice reads the same tile at the same time.
+    InOrder = 0,
+    /// Each workgroup of a slice starts at a different tile, evenly spaced, and wraps around
+    /// (the shaders' `kv_tile`).
+    Rotated = 1,
+}
+
+impl KeyOrder {
+    /// How the kernels' names say it (`Tiles::describe`): nothing for the original order.
+    fn phrase(self) -> &'static str {
+        match self {
+            KeyOrder::InOrder => "",
+            KeyOrder::Rotated => ", keys rotated",
+        }
+    }
+
+    /// `tiles` and, after them, each of them with its keys rotated: every shape the tests
+    /// check is checked in both orders.
+    fn both<T: Copy>(tiles: Vec<T>, rotated: impl Fn(T) -> T) -> Vec<T> {
+        let turned: Vec<T> = tiles.iter().map(|&t| rotated(t)).collect();
+        tiles.into_iter().chain(turned).collect()
+    }
+}
+
 /// Bytes of workgroup memory that versions 8 to 10 declare: the f16 arena of `arena` vec4s,
 /// S in f32 (`rows` rows of `s_stride` vec4s), a rescale factor per row and the 16-byte flag.
 fn arena_layout_bytes(arena: usize, rows: usize, s_stride: usize) -> usize {
@@ -703,6 +730,8 @@ pub struct ArenaTiles {
     pub q_in_registers: bool,
     /// When the next K and V are read.
     pub load_at: LoadAt,
+    /// The order of the tiles of K and V.
+    pub key_order: KeyOrder,
 }
 
 impl ArenaTiles {
@@ -777,6 +806,7 @@ impl ArenaTiles {
             ("ROW_TILES", self.row_tiles),
             ("Q_IN_REGISTERS", self.q_in_registers as usize),
             ("LOAD_AT", self.load_at as usize),
+            ("KEY_ORDER", self.key_order as usize),
         ];
         unroll(&specialise(template, &constants)?)
     }
@@ -804,13 +834,14 @@ impl ArenaTiles {
                     block_kv,
                     q_in_registers,
                     load_at: LoadAt::Staging,
+                    key_order: KeyOrder::InOrder,
                 });
             }
         }
         if head_dim > 128 {
             all.retain(|t| t.row_tiles == 1);
         }
-        all
+        KeyOrder::both(all, |t| Self { key_order: KeyOrder::Rotated, ..t })
     }
 
     /// [`ArenaTiles::tried`] with each of the other times to read K and V: what the tuning
@@ -832,7 +863,9 @@ impl ArenaTiles {
     }
 
     /// The tiles to try at `head_dim`, best first: only shapes of [`ArenaTiles::tried`], since
-    /// the kernel runs without bounds checks, so only in shapes the tests cover.
+    /// the kernel runs without bounds checks, so only in shapes the tests cover. Their keys are
+    /// rotated ([`KeyOrder::Rotated`]: 1.17 times in order at D = 64 and N = 4096, 1.11 at
+    /// 16384, on an H200 on 2026-11-26).
     pub fn preferred(head_dim: usize) -> Vec<Self> {
         let tiles = |subgroups, row_tiles, block_kv| ArenaTiles {
             subgroups,
@@ -840,6 +873,7 @@ impl ArenaTiles {
             block_kv,
             q_in_registers: true,
             load_at: LoadAt::Staging,
+            key_order: KeyOrder::Rotated,
         };
         if head_dim <= 64 {
             vec![tiles(8, 1, 16), tiles(4, 1, 16)]
@@ -863,6 +897,8 @@ pub struct PairTiles {
     /// When the next K and V are read: where staged, or at the start of their phase
     /// ([`LoadAt::Products`]; a tile ahead is not offered).
     pub load_at: LoadAt,
+    /// The order of the tiles of K and V.
+    pub key_order: KeyOrder,
 }
 
 impl PairTiles {
@@ -921,6 +957,7 @@ impl PairTiles {
             ("BLOCK_KV", self.block_kv),
             ("SUBGROUPS", self.subgroups),
             ("LOAD_AT", self.load_at as usize),
+            ("KEY_ORDER", self.key_order as usize),
         ];
         unroll(&specialise(V10_PAIRS, &constants)?)
     }
@@ -931,16 +968,22 @@ impl PairTiles {
         let mut all = Vec::new();
         for load_at in [LoadAt::Staging, LoadAt::Products] {
             for (subgroups, block_kv) in [(8, 32), (4, 32), (2, 32), (4, 64), (2, 64)] {
-                all.push(PairTiles { subgroups, block_kv, load_at });
+                all.push(PairTiles { subgroups, block_kv, load_at, key_order: KeyOrder::InOrder });
             }
         }
-        all
+        KeyOrder::both(all, |t| Self { key_order: KeyOrder::Rotated, ..t })
     }
 
-    /// The tiles to try at `head_dim`, best first (only shapes of [`PairTiles::tried`]).
+    /// The tiles to try at `head_dim`, best first (only shapes of [`PairTiles::tried`]), their
+    /// keys rotated ([`KeyOrder::Rotated`]: 1.13 times in order at D = 128 and N = 4096, 1.01
+    /// at 16384, on an H200 on 2026-11-26).
     pub fn preferred(_head_dim: usize) -> Vec<Self> {
-        let tiles =
-            |subgroups, block_kv| PairTiles { subgroups, block_kv, load_at: LoadAt::Staging };
+        let tiles = |subgroups, block_kv| PairTiles {
+            subgroups,
+            block_kv,
+            load_at: LoadAt::Staging,
+            key_order: KeyOrder::Rotated,
+        };
         vec![tiles(8, 32), tiles(4, 32), tiles(2, 32)]
     }
 
@@ -1232,19 +1275,21 @@ impl Tiles {
                 if t.prefetch { ", prefetch" } else { "" }
             ),
             Tiles::Arena(t) | Tiles::Overlap(t) => format!(
-                "{} {}x{}x16 rows, {} keys, Q {}, loads {}",
+                "{} {}x{}x16 rows, {} keys, Q {}, loads {}{}",
                 if matches!(self, Tiles::Arena(_)) { "v8" } else { "v9" },
                 t.subgroups,
                 t.row_tiles,
                 t.block_kv,
                 if t.q_in_registers { "in registers" } else { "per tile" },
                 t.load_at.phrase(),
+                t.key_order.phrase(),
             ),
             Tiles::Pairs(t) => format!(
-                "v10 {} pairs, {} keys, loads {}",
+                "v10 {} pairs, {} keys, loads {}{}",
                 t.subgroups / 2,
                 t.block_kv,
                 t.load_at.phrase(),
+                t.key_order.phrase(),
             ),
             Tiles::Split(t) => format!("v11 {}x1x16 rows, {} keys", t.subgroups, t.block_kv),
         }
@@ -1773,7 +1818,8 @@ pub fn versions() -> Vec<KernelVersion> {
     }
     let v8 = About {
         name: "v8 arena",
-        change: "K, V and P in one f16 arena (Q passes through it): 8 subgroups fit; loads where staged",
+        change: "K, V and P in one f16 arena (Q passes through it): 8 subgroups fit; loads where staged; \
+                 each workgroup starts at its own tile of K and V",
         ..v2
     };
     fn arena(device: &wgpu::Device, d: usize) -> Built {

@@ -15,6 +15,12 @@
 //   their staging; 0, right where they are staged (no registers held across the products).
 // - Q passes through the arena in as many passes as it needs to fit where K, V and P will be
 //   (PASS_SUBGROUPS), so the arena is sized for the loop, not for Q.
+// - KEY_ORDER = 1 (added later, after the chapter's "Why N = 4096 runs slower") has each
+//   workgroup of a slice start at its own tile of K and V, evenly spaced, and wrap around
+//   (kv_tile), instead of every workgroup reading tile 0, 1, 2, ... at about the same time.
+//   On an H200 (2026-11-26, one tune run), 8 subgroups of 16 rows with 16 keys at D = 64:
+//   148.6 TFLOP/s against 127.0 at N = 4096 (1.17 times; 125.0 against 110.3 with the causal
+//   mask) and 159.9 against 144.6 at 16384. Versions 9 and 10 take the same constant.
 //
 // Measured on an H100 (2026-11-25, N = 16384; the chapter's tables): 8 subgroups of 16 rows,
 // Q in registers, K and V read where they are staged, 142 TFLOP/s at D = 64 (32 keys per
@@ -43,6 +49,7 @@ const SUBGROUPS: u32 = 4u;           // subgroups of 32 threads per workgroup
 const ROW_TILES: u32 = 2u;           // 16-row query tiles per subgroup: 1 or 2
 const Q_IN_REGISTERS: u32 = 1u;      // 1: Q's fragments held in registers; 0: read per tile
 const LOAD_AT: u32 = 0u;             // when the next K and V are read: see the header
+const KEY_ORDER: u32 = 0u;           // 0: tiles of K and V in order; 1: rotated (kv_tile)
 
 const LANES: u32 = 32u;
 const THREADS: u32 = SUBGROUPS * LANES;
@@ -121,6 +128,15 @@ fn visible_keys(row: u32) -> u32 {
     }
     let end = i32(row) + 1 + i32(params.kv_len) - i32(params.q_len);
     return u32(clamp(end, 0, i32(params.kv_len)));
+}
+
+// The first key of the u-th tile of K and V that this workgroup reads. With KEY_ORDER = 1 the
+// workgroup starts at tile `rotation` and wraps around, so that the workgroups of a slice,
+// which run at the same time, each read a different tile at any moment (see the chapter's
+// "Reading the keys in a different order"). Online softmax takes the tiles in any order;
+// only the rounding of the sums changes.
+fn kv_tile(u: u32, tiles: u32, rotation: u32) -> u32 {
+    return ((u + rotation) % max(tiles, 1u)) * BLOCK_KV;
 }
 
 fn minus_infinity() -> f32 {
@@ -233,12 +249,16 @@ fn flash_forward(
     let last_row = min(q_start + BLOCK_Q, params.q_len) - 1u;
     let kv_end = visible_keys(last_row);
     let all_see = visible_keys(q_start);
+    let tiles = (kv_end + BLOCK_KV - 1u) / BLOCK_KV;
+    // KEY_ORDER = 1: the workgroups of a slice start evenly spaced over its tiles.
+    let query_tiles = (params.q_len + BLOCK_Q - 1u) / BLOCK_Q;
+    let rotation = select(0u, (tile.x * tiles) / query_tiles, KEY_ORDER == 1u);
     var m = neg_inf;                         // the row's max so far (log2 units), lazily kept
     var l = 0.0;                             // this lane's part of the row sum
 
     // Prologue: P = 0, V = 0 and K of tile 0 in the arena (after Q's fragments are read, when
     // Q passed through it); with LOAD_AT = 2, K of tile 1 and V of tile 0 on their way.
-    var k_next = fetch(true, slice, 0u, thread);
+    var k_next = fetch(true, slice, kv_tile(0u, tiles, rotation), thread);
     var v_next: array<vec4<f16>, STAGED>;
     for (var e = thread; e < BLOCK_Q * P_STRIDE; e += THREADS) {
         arena[P_AT + e] = vec4<f16>(0.0h);
@@ -250,16 +270,15 @@ fn flash_forward(
         arena[V_AT + e] = vec4<f16>(0.0h);
     }
     if LOAD_AT == 2u {
-        k_next = fetch(true, slice, BLOCK_KV, thread);
-        v_next = fetch(false, slice, 0u, thread);
+        k_next = fetch(true, slice, kv_tile(1u, tiles, rotation), thread);
+        v_next = fetch(false, slice, kv_tile(0u, tiles, rotation), thread);
     }
     workgroupBarrier();
 
-    let tiles = (kv_end + BLOCK_KV - 1u) / BLOCK_KV;
     for (var t = 0u; t <= tiles; t++) {
-        let kv_start = t * BLOCK_KV;
+        let kv_start = kv_tile(t, tiles, rotation);
         if LOAD_AT == 1u && t < tiles {
-            k_next = fetch(true, slice, kv_start + BLOCK_KV, thread);
+            k_next = fetch(true, slice, kv_tile(t + 1u, tiles, rotation), thread);
             v_next = fetch(false, slice, kv_start, thread);
         }
         // O += P V of the previous tile (P is all zeros in round 0), as in version 6.
@@ -321,14 +340,14 @@ fn flash_forward(
             let masked_tile = kv_start + BLOCK_KV > all_see;
             softmax(kv_start, masked_tile, row_keys, my_row, part, &m, &l);
             if LOAD_AT == 0u {
-                k_next = fetch(true, slice, kv_start + BLOCK_KV, thread);
+                k_next = fetch(true, slice, kv_tile(t + 1u, tiles, rotation), thread);
                 v_next = fetch(false, slice, kv_start, thread);
             }
             stash(k_next, K_AT, thread);
             stash(v_next, V_AT, thread);
             if LOAD_AT == 2u {
-                k_next = fetch(true, slice, kv_start + 2u * BLOCK_KV, thread);
-                v_next = fetch(false, slice, kv_start + BLOCK_KV, thread);
+                k_next = fetch(true, slice, kv_tile(t + 2u, tiles, rotation), thread);
+                v_next = fetch(false, slice, kv_tile(t + 1u, tiles, rotation), thread);
             }
         }
         // The barrier before the next products, and the rare rescale of O (version 6).

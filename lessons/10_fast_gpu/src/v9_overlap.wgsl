@@ -20,7 +20,8 @@
 // barriers per tile stay three (the rescale flag's two and the one after the second phase).
 //
 // LOAD_AT: 0 reads V (K) from global memory where it is staged; 1 or 2 at the start of its
-// phase, so that the loads are in flight while the phase computes.
+// phase, so that the loads are in flight while the phase computes. KEY_ORDER is version 8's:
+// the tiles of K and V in order, or each workgroup starting at its own (kv_tile).
 //
 // Measured on an H100 (2026-11-26, the chapter's tables), 8 subgroups of 16 rows, Q in
 // registers: at D = 128 with 32 keys, 160 TFLOP/s against version 8's 152 at N = 16384 and
@@ -44,6 +45,7 @@ const SUBGROUPS: u32 = 4u;           // subgroups of 32 threads per workgroup
 const ROW_TILES: u32 = 2u;           // 16-row query tiles per subgroup: 1 or 2
 const Q_IN_REGISTERS: u32 = 1u;      // 1: Q's fragments held in registers; 0: read per tile
 const LOAD_AT: u32 = 0u;             // when K and V are read: see the header
+const KEY_ORDER: u32 = 0u;           // 0: tiles of K and V in order; 1: rotated (kv_tile)
 
 const LANES: u32 = 32u;
 const THREADS: u32 = SUBGROUPS * LANES;
@@ -122,6 +124,15 @@ fn visible_keys(row: u32) -> u32 {
     }
     let end = i32(row) + 1 + i32(params.kv_len) - i32(params.q_len);
     return u32(clamp(end, 0, i32(params.kv_len)));
+}
+
+// The first key of the u-th tile of K and V that this workgroup reads. With KEY_ORDER = 1 the
+// workgroup starts at tile `rotation` and wraps around, so that the workgroups of a slice,
+// which run at the same time, each read a different tile at any moment (see the chapter's
+// "Reading the keys in a different order"). Online softmax takes the tiles in any order;
+// only the rounding of the sums changes.
+fn kv_tile(u: u32, tiles: u32, rotation: u32) -> u32 {
+    return ((u + rotation) % max(tiles, 1u)) * BLOCK_KV;
 }
 
 fn minus_infinity() -> f32 {
@@ -234,12 +245,16 @@ fn flash_forward(
     let last_row = min(q_start + BLOCK_Q, params.q_len) - 1u;
     let kv_end = visible_keys(last_row);
     let all_see = visible_keys(q_start);
+    let tiles = (kv_end + BLOCK_KV - 1u) / BLOCK_KV;
+    // KEY_ORDER = 1: the workgroups of a slice start evenly spaced over its tiles.
+    let query_tiles = (params.q_len + BLOCK_Q - 1u) / BLOCK_Q;
+    let rotation = select(0u, (tile.x * tiles) / query_tiles, KEY_ORDER == 1u);
     var m = neg_inf;                         // the row's max so far (log2 units), lazily kept
     var l = 0.0;                             // this lane's part of the row sum
 
     // Prologue: K of tile 0 staged; P = 0 and V = 0, so that round 0's O += P V adds zeros
     // (uninitialised memory could hold the bits of a NaN, and 0 x NaN = NaN).
-    stash(fetch(true, slice, 0u, thread), K_AT, thread);
+    stash(fetch(true, slice, kv_tile(0u, tiles, rotation), thread), K_AT, thread);
     for (var e = thread; e < BLOCK_Q * P_STRIDE; e += THREADS) {
         arena[P_AT + e] = vec4<f16>(0.0h);
     }
@@ -250,13 +265,11 @@ fn flash_forward(
 
     // Round t computes S_t while it runs the softmax of tile t - 1, and adds P_{t-1} V_{t-1}
     // to O after the barrier: the tensor cores' work and the softmax's share each phase.
-    let tiles = (kv_end + BLOCK_KV - 1u) / BLOCK_KV;
     for (var t = 0u; t <= tiles; t++) {
-        let kv_start = t * BLOCK_KV;
         var k_next: array<vec4<f16>, STAGED>;
         var v_now: array<vec4<f16>, STAGED>;
         if LOAD_AT != 0u && t > 0u {
-            v_now = fetch(false, slice, kv_start - BLOCK_KV, thread);
+            v_now = fetch(false, slice, kv_tile(t - 1u, tiles, rotation), thread);
         }
         // Phase 1. S_t = Q K_t^T into registers; K [key][d] loaded column-major is K^T.
         var s: array<coop_mat16x16<f32, C>, ROW_TILES * KEY_BLOCKS>;
@@ -285,7 +298,7 @@ fn flash_forward(
         // ... while the softmax of tile t - 1 reads S_{t-1} and writes P_{t-1}, and V_{t-1}
         // is staged.
         if t > 0u {
-            let previous = kv_start - BLOCK_KV;
+            let previous = kv_tile(t - 1u, tiles, rotation);
             let masked_tile = previous + BLOCK_KV > all_see;
             softmax(previous, masked_tile, row_keys, my_row, part, &m, &l);
             if LOAD_AT == 0u {
@@ -331,7 +344,7 @@ fn flash_forward(
         // Phase 2. S_t into workgroup memory for the next round's softmax, O += P_{t-1} V_{t-1}
         // (zeros in round 0), and K of the next tile staged.
         if LOAD_AT != 0u && t < tiles {
-            k_next = fetch(true, slice, kv_start + BLOCK_KV, thread);
+            k_next = fetch(true, slice, kv_tile(t + 1u, tiles, rotation), thread);
         }
         // unroll
         for (var r = 0u; r < ROW_TILES; r++) {
@@ -360,7 +373,7 @@ fn flash_forward(
         }
         if t < tiles {
             if LOAD_AT == 0u {
-                k_next = fetch(true, slice, kv_start + BLOCK_KV, thread);
+                k_next = fetch(true, slice, kv_tile(t + 1u, tiles, rotation), thread);
             }
             stash(k_next, K_AT, thread);
         }

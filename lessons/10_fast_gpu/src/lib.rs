@@ -679,10 +679,11 @@ impl LoadAt {
 /// The order in which a workgroup of versions 8 to 10 reads the tiles of K and V.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KeyOrder {
-    /// Tile 0, 1, 2, ...: every workgroup of a slice reads the same tile at the same time.
+    /// Tile 0, 1, 2, ...: the workgroups of a slice read the same tile at about the same time.
     InOrder = 0,
-    /// Each workgroup of a slice starts at a different tile, evenly spaced, and wraps around
-    /// (the shaders' `kv_tile`).
+    /// Workgroup x of a slice, of `query_tiles`, starts at tile `x * tiles / query_tiles` of
+    /// its `tiles` and wraps around (the shaders' `kv_tile`): evenly spaced without the causal
+    /// mask.
     Rotated = 1,
 }
 
@@ -855,17 +856,19 @@ impl ArenaTiles {
             .collect()
     }
 
-    /// The tiles measured fastest at `head_dim` (examples/tune.rs): on an H100 on 2026-11-26 at
-    /// D = 64 (16 keys, 159.7 TFLOP/s against 141.9 with 32), on an H100 on 2026-11-25 and an
-    /// H200 on 2026-11-26 at D = 128; then smaller ones, the first that fits `device`.
+    /// The tiles measured fastest at `head_dim` (examples/tune.rs, the keys in order): on an H100
+    /// on 2026-11-26 at D = 64 (16 keys, 159.7 TFLOP/s against 141.9 with 32), on an H100 on
+    /// 2026-11-25 and an H200 on 2026-11-26 at D = 128; then smaller ones, the first that fits
+    /// `device`.
     pub fn for_device(device: &wgpu::Device, head_dim: usize) -> Result<Self, AttentionError> {
         first_that_fits(device, &Self::preferred(head_dim), |t| t.workgroup_bytes(head_dim))
     }
 
     /// The tiles to try at `head_dim`, best first: only shapes of [`ArenaTiles::tried`], since
     /// the kernel runs without bounds checks, so only in shapes the tests cover. Their keys are
-    /// rotated ([`KeyOrder::Rotated`]: 1.17 times in order at D = 64 and N = 4096, 1.11 at
-    /// 16384, on an H200 on 2026-11-26).
+    /// rotated ([`KeyOrder::Rotated`]: 1.17 times as fast as in order at D = 64 and N = 4096,
+    /// 1.11 at 16384, on an H200 on 2026-11-26; at D = 128 and 256, and for version 9, which
+    /// takes these tiles too, both orders pass the tests but were not timed against each other).
     pub fn preferred(head_dim: usize) -> Vec<Self> {
         let tiles = |subgroups, row_tiles, block_kv| ArenaTiles {
             subgroups,
@@ -975,8 +978,8 @@ impl PairTiles {
     }
 
     /// The tiles to try at `head_dim`, best first (only shapes of [`PairTiles::tried`]), their
-    /// keys rotated ([`KeyOrder::Rotated`]: 1.13 times in order at D = 128 and N = 4096, 1.01
-    /// at 16384, on an H200 on 2026-11-26).
+    /// keys rotated ([`KeyOrder::Rotated`]: 1.13 times as fast as in order at D = 128 and
+    /// N = 4096, 1.01 at 16384, on an H200 on 2026-11-26).
     pub fn preferred(_head_dim: usize) -> Vec<Self> {
         let tiles = |subgroups, block_kv| PairTiles {
             subgroups,
@@ -1818,8 +1821,7 @@ pub fn versions() -> Vec<KernelVersion> {
     }
     let v8 = About {
         name: "v8 arena",
-        change: "K, V and P in one f16 arena (Q passes through it): 8 subgroups fit; loads where staged; \
-                 each workgroup starts at its own tile of K and V",
+        change: "K, V and P in one f16 arena (Q passes through it): 8 subgroups fit; loads where staged",
         ..v2
     };
     fn arena(device: &wgpu::Device, d: usize) -> Built {

@@ -124,10 +124,10 @@ fn visible_keys(row: u32) -> u32 {
 
 // ANCHOR: kv_tile
 // The first key of the u-th tile of K and V that this workgroup reads. With KEY_ORDER = 1 the
-// workgroup starts at tile `rotation` and wraps around, so that the workgroups of a slice,
-// which run at the same time, each read a different tile at any moment (see the chapter's
-// "Reading the keys in a different order"). Online softmax takes the tiles in any order;
-// only the rounding of the sums changes.
+// workgroup starts at tile `rotation` of its `tiles` and wraps around, so that the workgroups
+// of a slice, which run at the same time, start at different tiles instead of all reading
+// tile 0, 1, 2, ... together (the chapter's "Reading the keys in a different order"). Online
+// softmax takes the tiles in any order; only the rounding of the sums changes.
 fn kv_tile(u: u32, tiles: u32, rotation: u32) -> u32 {
     return ((u + rotation) % max(tiles, 1u)) * BLOCK_KV;
 }
@@ -243,7 +243,8 @@ fn flash_forward(
     let all_see = visible_keys(q_start);
     let tiles = (kv_end + BLOCK_KV - 1u) / BLOCK_KV;
     // ANCHOR: rotation
-    // KEY_ORDER = 1: the workgroups of a slice start evenly spaced over its tiles.
+    // KEY_ORDER = 1: workgroup x starts at tile x T / (query tiles) of its T, evenly spaced
+    // over the slice's tiles without the causal mask (with it, T grows with x).
     let query_tiles = (params.q_len + BLOCK_Q - 1u) / BLOCK_Q;
     let rotation = select(0u, (tile.x * tiles) / query_tiles, KEY_ORDER == 1u);
     // ANCHOR_END: rotation
@@ -253,7 +254,7 @@ fn flash_forward(
     let my_keys = half * HALF_KEY_BLOCKS;
     let my_columns = half * HALF_FRAGMENTS * 4u;
 
-    // Prologue, as in version 9: K of tile 0 staged, P = 0 and V = 0.
+    // Prologue, as in version 9: K of the first tile staged, P = 0 and V = 0.
     stash(fetch(true, slice, kv_tile(0u, tiles, rotation), thread), K_AT, thread);
     for (var e = thread; e < BLOCK_Q * P_STRIDE; e += THREADS) {
         arena[P_AT + e] = vec4<f16>(0.0h);

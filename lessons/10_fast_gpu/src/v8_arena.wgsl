@@ -16,8 +16,9 @@
 // - Q passes through the arena in as many passes as it needs to fit where K, V and P will be
 //   (PASS_SUBGROUPS), so the arena is sized for the loop, not for Q.
 // - KEY_ORDER = 1 (added later, after the chapter's "Why N = 4096 runs slower") has each
-//   workgroup of a slice start at its own tile of K and V, evenly spaced, and wrap around
-//   (kv_tile), instead of every workgroup reading tile 0, 1, 2, ... at about the same time.
+//   workgroup of a slice start at its own tile of K and V, spread over the tiles, and wrap
+//   around (kv_tile), instead of every workgroup reading tile 0, 1, 2, ... at about the same
+//   time.
 //   On an H200 (2026-11-26, one tune run), 8 subgroups of 16 rows with 16 keys at D = 64:
 //   148.6 TFLOP/s against 127.0 at N = 4096 (1.17 times; 125.0 against 110.3 with the causal
 //   mask) and 159.9 against 144.6 at 16384. Versions 9 and 10 take the same constant.
@@ -131,10 +132,10 @@ fn visible_keys(row: u32) -> u32 {
 }
 
 // The first key of the u-th tile of K and V that this workgroup reads. With KEY_ORDER = 1 the
-// workgroup starts at tile `rotation` and wraps around, so that the workgroups of a slice,
-// which run at the same time, each read a different tile at any moment (see the chapter's
-// "Reading the keys in a different order"). Online softmax takes the tiles in any order;
-// only the rounding of the sums changes.
+// workgroup starts at tile `rotation` of its `tiles` and wraps around, so that the workgroups
+// of a slice, which run at the same time, start at different tiles instead of all reading
+// tile 0, 1, 2, ... together (the chapter's "Reading the keys in a different order"). Online
+// softmax takes the tiles in any order; only the rounding of the sums changes.
 fn kv_tile(u: u32, tiles: u32, rotation: u32) -> u32 {
     return ((u + rotation) % max(tiles, 1u)) * BLOCK_KV;
 }
@@ -250,14 +251,16 @@ fn flash_forward(
     let kv_end = visible_keys(last_row);
     let all_see = visible_keys(q_start);
     let tiles = (kv_end + BLOCK_KV - 1u) / BLOCK_KV;
-    // KEY_ORDER = 1: the workgroups of a slice start evenly spaced over its tiles.
+    // KEY_ORDER = 1: workgroup x starts at tile x T / (query tiles) of its T, evenly spaced
+    // over the slice's tiles without the causal mask (with it, T grows with x).
     let query_tiles = (params.q_len + BLOCK_Q - 1u) / BLOCK_Q;
     let rotation = select(0u, (tile.x * tiles) / query_tiles, KEY_ORDER == 1u);
     var m = neg_inf;                         // the row's max so far (log2 units), lazily kept
     var l = 0.0;                             // this lane's part of the row sum
 
-    // Prologue: P = 0, V = 0 and K of tile 0 in the arena (after Q's fragments are read, when
-    // Q passed through it); with LOAD_AT = 2, K of tile 1 and V of tile 0 on their way.
+    // Prologue: P = 0, V = 0 and K of the first tile in the arena (after Q's fragments are
+    // read, when Q passed through it); with LOAD_AT = 2, K of the second tile and V of the
+    // first on their way.
     var k_next = fetch(true, slice, kv_tile(0u, tiles, rotation), thread);
     var v_next: array<vec4<f16>, STAGED>;
     for (var e = thread; e < BLOCK_Q * P_STRIDE; e += THREADS) {

@@ -815,7 +815,7 @@ impl ArenaTiles {
     /// Every shape the tests check and the tuning example times at `head_dim`, each with Q's
     /// fragments in registers and read per tile, K and V read where they are staged (the
     /// fastest timing in the fastest shapes, though not in every shape:
-    /// [`ArenaTiles::load_choices`]).
+    /// [`ArenaTiles::load_choices`]), each in both [`KeyOrder`]s.
     pub fn tried(head_dim: usize) -> Vec<Self> {
         let mut all = Vec::new();
         for q_in_registers in [true, false] {
@@ -965,8 +965,8 @@ impl PairTiles {
         unroll(&specialise(V10_PAIRS, &constants)?)
     }
 
-    /// Every shape the tests check and the tuning example times (those that do not fit a
-    /// device's workgroup memory are left out where they run).
+    /// Every shape the tests check and the tuning example times, each in both [`KeyOrder`]s
+    /// (those that do not fit a device's workgroup memory are left out where they run).
     pub fn tried(_head_dim: usize) -> Vec<Self> {
         let mut all = Vec::new();
         for load_at in [LoadAt::Staging, LoadAt::Products] {

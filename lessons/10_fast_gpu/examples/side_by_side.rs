@@ -9,6 +9,7 @@
 //! PYTHON=python3 cargo run --release -p lesson10 --example side_by_side            # B=4 H=16
 //! cargo run --release -p lesson10 --example side_by_side -- --quick                 # lavapipe
 //! cargo run --release -p lesson10 --example side_by_side -- --head-dims 64 --seqs 4096,16384
+//! cargo run --release -p lesson10 --example side_by_side -- --only v2,v3,v8  # these versions
 //! ```
 //!
 //! Writes `lesson10_d64.csv`/`.svg` and `lesson10_d128.csv`/`.svg` to `--out` (default
@@ -31,7 +32,16 @@ fn main() -> Result<(), String> {
     let gpu = Gpu::shared().map_err(|e| e.to_string())?;
     let timer = GpuTimer::new(&gpu.device, &gpu.queue).map_err(|e| e.to_string())?;
     println!("Device: {}; {}", gpu.describe(), Machine::this().date);
-    let versions: Vec<_> = lesson10::versions();
+    // `--only v8,v10`: the versions whose names start so (`v1` is version 1 only).
+    let only = bench::report::names_arg(&args, "--only")?;
+    let chosen = |name: &str| only.iter().any(|prefix| lesson10::selected_by(name, prefix));
+    let versions: Vec<_> = lesson10::versions()
+        .into_iter()
+        .filter(|v| only.is_empty() || chosen(v.about.name))
+        .collect();
+    if versions.is_empty() {
+        return Err(format!("--only {only:?}: no version of lesson 10 has a name starting so"));
+    }
     for version in &versions {
         if let Some(why) = version.missing_on(&gpu.device) {
             println!("not run on this GPU: {} ({why})", version.about.name);

@@ -681,9 +681,11 @@ impl LoadAt {
 pub enum KeyOrder {
     /// Tile 0, 1, 2, ...: the workgroups of a slice read the same tile at about the same time.
     InOrder = 0,
-    /// Workgroup x of a slice, of `query_tiles`, starts at tile `x * tiles / query_tiles` of
-    /// its `tiles` and wraps around (the shaders' `kv_tile`): evenly spaced without the causal
-    /// mask.
+    /// Workgroup x of a slice, of `query_tiles`, starts at tile `x * spread / query_tiles` of
+    /// its `tiles` and wraps around (the shaders' `kv_tile`). Without the causal mask `spread`
+    /// is `tiles`, or the tiles in 4 MiB of K and V where a slice's take more (D = 128 at
+    /// N = 16384: 178.4 TFLOP/s against 154.3 spread over all 8 MiB, version 10 on an H100,
+    /// 2026-11-27); with the mask it is `tiles` (169.4 against 161.4 with the cap there).
     Rotated = 1,
 }
 
@@ -867,8 +869,9 @@ impl ArenaTiles {
     /// The tiles to try at `head_dim`, best first: only shapes of [`ArenaTiles::tried`], since
     /// the kernel runs without bounds checks, so only in shapes the tests cover. Their keys are
     /// rotated ([`KeyOrder::Rotated`]: 1.17 times as fast as in order at D = 64 and N = 4096,
-    /// 1.11 at 16384, on an H200 on 2026-11-26; at D = 128 and 256, and for version 9, which
-    /// takes these tiles too, both orders pass the tests but were not timed against each other).
+    /// 1.11 at 16384, on an H200 on 2026-11-26; 1.14 and 1.10 on an H100 on 2026-11-27; at
+    /// D = 128 and 256, and for version 9, which takes these tiles too, both orders pass the
+    /// tests but were not timed against each other).
     pub fn preferred(head_dim: usize) -> Vec<Self> {
         let tiles = |subgroups, row_tiles, block_kv| ArenaTiles {
             subgroups,
@@ -979,7 +982,8 @@ impl PairTiles {
 
     /// The tiles to try at `head_dim`, best first (only shapes of [`PairTiles::tried`]), their
     /// keys rotated ([`KeyOrder::Rotated`]: 1.13 times as fast as in order at D = 128 and
-    /// N = 4096, 1.01 at 16384, on an H200 on 2026-11-26).
+    /// N = 4096, 1.01 at 16384, on an H200 on 2026-11-26, spread over the whole slice; 1.14
+    /// and 1.09 on an H100 on 2026-11-27, over at most 4 MiB of K and V).
     pub fn preferred(_head_dim: usize) -> Vec<Self> {
         let tiles = |subgroups, block_kv| PairTiles {
             subgroups,

@@ -30,7 +30,9 @@
 // KEY_ORDER is version 8's: with each workgroup starting at its own tile of K and V (1), 4
 // pairs with 32 keys ran at 164.9 TFLOP/s against 146.1 at D = 128 and N = 4096 (144.0
 // against 127.3 with the causal mask) and 165.4 against 163.1 at 16384, on an H200
-// (2026-11-26, one tune run).
+// (2026-11-26, one tune run). With the starts spread over at most 4 MiB of K and V
+// (SPREAD_TILES, without the mask), on an H100 (2026-11-27, one tune run): 168.8 against
+// 147.7 at N = 4096 (142.9 against 130.0 with the mask) and 180.4 against 164.8 at 16384.
 //
 // Layout: Q, K, V [slices, N, CHUNKS] of vec4<f16>, O [slices, Nq, CHUNKS] of vec4<f32>, rows
 // padded with zeros to a multiple of 32 numbers (two halves of 16-wide slices); L [slices,
@@ -46,6 +48,9 @@ const BLOCK_KV: u32 = 32u;           // keys per tile: 32 or 64
 const SUBGROUPS: u32 = 8u;           // subgroups of 32 threads per workgroup: 2, 4 or 8
 const LOAD_AT: u32 = 0u;             // 0: K and V read where staged; 1: at their phase's start
 const KEY_ORDER: u32 = 0u;           // 0: tiles of K and V in order; 1: rotated (kv_tile)
+// With KEY_ORDER = 1 and no causal mask, the starts are spread over at most this many tiles:
+// 4 MiB of K and V in f16 (the chapter's "Spread over at most 4 MiB").
+const SPREAD_TILES: u32 = 4194304u / (4u * BLOCK_KV * HEAD_DIM);
 
 const LANES: u32 = 32u;
 const THREADS: u32 = SUBGROUPS * LANES;
@@ -243,10 +248,13 @@ fn flash_forward(
     let all_see = visible_keys(q_start);
     let tiles = (kv_end + BLOCK_KV - 1u) / BLOCK_KV;
     // ANCHOR: rotation
-    // KEY_ORDER = 1: workgroup x starts at tile x T / (query tiles) of its T, evenly spaced
-    // over the slice's tiles without the causal mask (with it, T grows with x).
+    // KEY_ORDER = 1: workgroup x starts at tile x S / (query tiles) of its T tiles. Without
+    // the causal mask S is T, or SPREAD_TILES where the slice's K and V take more than 4 MiB:
+    // the starts are evenly spaced over the slice's tiles, or over its first 4 MiB. With the
+    // mask (T grows with x) S is T: the cap measured slower there.
     let query_tiles = (params.q_len + BLOCK_Q - 1u) / BLOCK_Q;
-    let rotation = select(0u, (tile.x * tiles) / query_tiles, KEY_ORDER == 1u);
+    let spread = select(min(tiles, SPREAD_TILES), tiles, params.causal == 1u);
+    let rotation = select(0u, (tile.x * spread) / query_tiles, KEY_ORDER == 1u);
     // ANCHOR_END: rotation
     var m = neg_inf;                         // the row's max so far (log2 units), lazily kept
     var l = 0.0;                             // this lane's part of the row sum

@@ -22,6 +22,9 @@
 //   On an H200 (2026-11-26, one tune run), 8 subgroups of 16 rows with 16 keys at D = 64:
 //   148.6 TFLOP/s against 127.0 at N = 4096 (1.17 times; 125.0 against 110.3 with the causal
 //   mask) and 159.9 against 144.6 at 16384. Versions 9 and 10 take the same constant.
+//   Without the mask the starts are spread over at most 4 MiB of K and V (SPREAD_TILES):
+//   spread over a whole slice of 8 MiB (D = 128, N = 16384), version 10 ran at 154.3
+//   TFLOP/s against 163.7 in order and 178.4 with the cap (an H100, 2026-11-27).
 //
 // Measured on an H100 (2026-11-25, N = 16384; the chapter's tables): 8 subgroups of 16 rows,
 // Q in registers, K and V read where they are staged, 142 TFLOP/s at D = 64 (32 keys per
@@ -51,6 +54,9 @@ const ROW_TILES: u32 = 2u;           // 16-row query tiles per subgroup: 1 or 2
 const Q_IN_REGISTERS: u32 = 1u;      // 1: Q's fragments held in registers; 0: read per tile
 const LOAD_AT: u32 = 0u;             // when the next K and V are read: see the header
 const KEY_ORDER: u32 = 0u;           // 0: tiles of K and V in order; 1: rotated (kv_tile)
+// With KEY_ORDER = 1 and no causal mask, the starts are spread over at most this many tiles:
+// 4 MiB of K and V in f16 (the chapter's "Spread over at most 4 MiB").
+const SPREAD_TILES: u32 = 4194304u / (4u * BLOCK_KV * HEAD_DIM);
 
 const LANES: u32 = 32u;
 const THREADS: u32 = SUBGROUPS * LANES;
@@ -251,10 +257,13 @@ fn flash_forward(
     let kv_end = visible_keys(last_row);
     let all_see = visible_keys(q_start);
     let tiles = (kv_end + BLOCK_KV - 1u) / BLOCK_KV;
-    // KEY_ORDER = 1: workgroup x starts at tile x T / (query tiles) of its T, evenly spaced
-    // over the slice's tiles without the causal mask (with it, T grows with x).
+    // KEY_ORDER = 1: workgroup x starts at tile x S / (query tiles) of its T tiles. Without
+    // the causal mask S is T, or SPREAD_TILES where the slice's K and V take more than 4 MiB:
+    // the starts are evenly spaced over the slice's tiles, or over its first 4 MiB. With the
+    // mask (T grows with x) S is T: the cap measured slower there.
     let query_tiles = (params.q_len + BLOCK_Q - 1u) / BLOCK_Q;
-    let rotation = select(0u, (tile.x * tiles) / query_tiles, KEY_ORDER == 1u);
+    let spread = select(min(tiles, SPREAD_TILES), tiles, params.causal == 1u);
+    let rotation = select(0u, (tile.x * spread) / query_tiles, KEY_ORDER == 1u);
     var m = neg_inf;                         // the row's max so far (log2 units), lazily kept
     var l = 0.0;                             // this lane's part of the row sum
 

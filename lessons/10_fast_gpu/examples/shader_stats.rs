@@ -378,7 +378,7 @@ fn main() -> Result<(), String> {
     for head_dim in head_dims {
         println!("\nD = {head_dim}");
         for (name, build) in kernels(gpu, head_dim) {
-            if !only.is_empty() && !only.iter().any(|prefix| lesson10::selected_by(&name, prefix)) {
+            if !lesson10::selected_by_any(&name, &only) {
                 continue;
             }
             let kernel = match build() {

@@ -34,10 +34,9 @@ fn main() -> Result<(), String> {
     println!("Device: {}; {}", gpu.describe(), Machine::this().date);
     // `--only v8,v10`: the versions whose names start so (`v1` is version 1 only).
     let only = bench::report::names_arg(&args, "--only")?;
-    let chosen = |name: &str| only.iter().any(|prefix| lesson10::selected_by(name, prefix));
     let versions: Vec<_> = lesson10::versions()
         .into_iter()
-        .filter(|v| only.is_empty() || chosen(v.about.name))
+        .filter(|v| lesson10::selected_by_any(v.about.name, &only))
         .collect();
     if versions.is_empty() {
         return Err(format!("--only {only:?}: no version of lesson 10 has a name starting so"));

@@ -213,9 +213,7 @@ fn main() -> Result<(), String> {
         ];
         let mut built: Vec<(String, Kernel, Option<Tolerance>)> = Vec::new();
         let mut chosen = candidates(&gpu.device, head_dim, ablate);
-        chosen.retain(|c| {
-            only.is_empty() || only.iter().any(|prefix| lesson10::selected_by(&c.name, prefix))
-        });
+        chosen.retain(|c| lesson10::selected_by_any(&c.name, &only));
         for candidate in chosen {
             let Candidate { name, build, validated, version } = candidate;
             let about = card_for(version)?;

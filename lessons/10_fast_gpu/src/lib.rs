@@ -697,12 +697,75 @@ impl KeyOrder {
             KeyOrder::Rotated => ", keys rotated",
         }
     }
+}
 
-    /// `tiles` and, after them, each of them with its keys rotated: every shape the tests
-    /// check is checked in both orders.
-    fn both<T: Copy>(tiles: Vec<T>, rotated: impl Fn(T) -> T) -> Vec<T> {
-        let turned: Vec<T> = tiles.iter().map(|&t| rotated(t)).collect();
-        tiles.into_iter().chain(turned).collect()
+/// Which query tile of which slice each workgroup of versions 8 to 10 takes (the shaders'
+/// `assignment`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QueryOrder {
+    /// Workgroup (x, y) of the grid takes query tile x of slice y: with the causal mask the
+    /// longest workgroups of each slice are launched last, and the slice launched last ends
+    /// the dispatch with its longest.
+    AsLaunched,
+    /// With the causal mask, the workgroups take the slices in groups of about `workgroups`
+    /// workgroups (at least one slice), and in each group the query tiles longest first, the
+    /// group's slices in turn: the shortest workgroups end each group and the dispatch. Without
+    /// the mask, as launched. With the keys rotated, groups of about two rounds of the
+    /// workgroups an H100 holds at once ran fastest with the mask: version 10 at D = 128 (one
+    /// workgroup on each of 132 multiprocessors) with 256 at 153.4 TFLOP/s against 146.6 as
+    /// launched at N = 4096 and 178.2 against 168.5 at 16384, version 8 at D = 64 (two) with 512
+    /// at 139.3 against 124.6 and 159.8 against 154.1 (one tune run each on an H100,
+    /// 2026-11-27; the chapter's "Longest first, in groups").
+    LongestFirst {
+        /// Workgroups in a group: rounded down to whole slices.
+        workgroups: usize,
+    },
+}
+
+impl QueryOrder {
+    /// Workgroups in a group, as the shaders' `QUERY_GROUP` takes it: 0 for as launched.
+    fn group(self) -> usize {
+        match self {
+            QueryOrder::AsLaunched => 0,
+            QueryOrder::LongestFirst { workgroups } => workgroups,
+        }
+    }
+
+    /// How the kernels' names say it (`Tiles::describe`): nothing for as launched.
+    fn phrase(self) -> String {
+        match self {
+            QueryOrder::AsLaunched => String::new(),
+            QueryOrder::LongestFirst { workgroups } => {
+                format!(", longest first in groups of {workgroups}")
+            }
+        }
+    }
+
+    /// The groups measured fastest for the preferred tiles at `head_dim`: about two rounds of
+    /// the workgroups an H100 holds at once, 512 where two of version 8's fit a multiprocessor
+    /// (D = 64), 256 where one does.
+    fn measured(head_dim: usize) -> Self {
+        let workgroups = if head_dim <= 64 { 512 } else { 256 };
+        QueryOrder::LongestFirst { workgroups }
+    }
+
+    /// Each of `tiles` in the orders tested: keys in order and as launched, keys rotated and
+    /// as launched, keys rotated and longest first ([`QueryOrder::measured`]).
+    fn tried<T: Copy>(
+        tiles: Vec<T>,
+        head_dim: usize,
+        with: impl Fn(T, KeyOrder, QueryOrder) -> T,
+    ) -> Vec<T> {
+        let orders = [
+            (KeyOrder::InOrder, QueryOrder::AsLaunched),
+            (KeyOrder::Rotated, QueryOrder::AsLaunched),
+            (KeyOrder::Rotated, QueryOrder::measured(head_dim)),
+        ];
+        let mut all = Vec::new();
+        for (key_order, query_order) in orders {
+            all.extend(tiles.iter().map(|&t| with(t, key_order, query_order)));
+        }
+        all
     }
 }
 
@@ -735,6 +798,8 @@ pub struct ArenaTiles {
     pub load_at: LoadAt,
     /// The order of the tiles of K and V.
     pub key_order: KeyOrder,
+    /// Which query tile each workgroup takes.
+    pub query_order: QueryOrder,
 }
 
 impl ArenaTiles {
@@ -810,6 +875,7 @@ impl ArenaTiles {
             ("Q_IN_REGISTERS", self.q_in_registers as usize),
             ("LOAD_AT", self.load_at as usize),
             ("KEY_ORDER", self.key_order as usize),
+            ("QUERY_GROUP", self.query_order.group()),
         ];
         unroll(&specialise(template, &constants)?)
     }
@@ -817,7 +883,7 @@ impl ArenaTiles {
     /// Every shape the tests check and the tuning example times at `head_dim`, each with Q's
     /// fragments in registers and read per tile, K and V read where they are staged (the
     /// fastest timing in the fastest shapes, though not in every shape:
-    /// [`ArenaTiles::load_choices`]), each in both [`KeyOrder`]s.
+    /// [`ArenaTiles::load_choices`]), each in the orders of [`QueryOrder::tried`].
     pub fn tried(head_dim: usize) -> Vec<Self> {
         let mut all = Vec::new();
         for q_in_registers in [true, false] {
@@ -838,13 +904,18 @@ impl ArenaTiles {
                     q_in_registers,
                     load_at: LoadAt::Staging,
                     key_order: KeyOrder::InOrder,
+                    query_order: QueryOrder::AsLaunched,
                 });
             }
         }
         if head_dim > 128 {
             all.retain(|t| t.row_tiles == 1);
         }
-        KeyOrder::both(all, |t| Self { key_order: KeyOrder::Rotated, ..t })
+        QueryOrder::tried(all, head_dim, |t, key_order, query_order| Self {
+            key_order,
+            query_order,
+            ..t
+        })
     }
 
     /// [`ArenaTiles::tried`] with each of the other times to read K and V: what the tuning
@@ -871,7 +942,8 @@ impl ArenaTiles {
     /// rotated ([`KeyOrder::Rotated`]: 1.17 times as fast as in order at D = 64 and N = 4096,
     /// 1.11 at 16384, on an H200 on 2026-11-26; 1.14 and 1.10 on an H100 on 2026-11-27; at
     /// D = 128 and 256, and for version 9, which takes these tiles too, both orders pass the
-    /// tests but were not timed against each other).
+    /// tests but were not timed against each other), and with the causal mask the query tiles
+    /// are taken longest first ([`QueryOrder::measured`]).
     pub fn preferred(head_dim: usize) -> Vec<Self> {
         let tiles = |subgroups, row_tiles, block_kv| ArenaTiles {
             subgroups,
@@ -880,6 +952,7 @@ impl ArenaTiles {
             q_in_registers: true,
             load_at: LoadAt::Staging,
             key_order: KeyOrder::Rotated,
+            query_order: QueryOrder::measured(head_dim),
         };
         if head_dim <= 64 {
             vec![tiles(8, 1, 16), tiles(4, 1, 16)]
@@ -905,6 +978,8 @@ pub struct PairTiles {
     pub load_at: LoadAt,
     /// The order of the tiles of K and V.
     pub key_order: KeyOrder,
+    /// Which query tile each workgroup takes.
+    pub query_order: QueryOrder,
 }
 
 impl PairTiles {
@@ -964,32 +1039,40 @@ impl PairTiles {
             ("SUBGROUPS", self.subgroups),
             ("LOAD_AT", self.load_at as usize),
             ("KEY_ORDER", self.key_order as usize),
+            ("QUERY_GROUP", self.query_order.group()),
         ];
         unroll(&specialise(V10_PAIRS, &constants)?)
     }
 
-    /// Every shape the tests check and the tuning example times, each in both [`KeyOrder`]s
-    /// (those that do not fit a device's workgroup memory are left out where they run).
-    pub fn tried(_head_dim: usize) -> Vec<Self> {
+    /// Every shape the tests check and the tuning example times, each in the orders of
+    /// [`QueryOrder::tried`] (those that do not fit a device's workgroup memory are left out where they run).
+    pub fn tried(head_dim: usize) -> Vec<Self> {
         let mut all = Vec::new();
         for load_at in [LoadAt::Staging, LoadAt::Products] {
             for (subgroups, block_kv) in [(8, 32), (4, 32), (2, 32), (4, 64), (2, 64)] {
-                all.push(PairTiles { subgroups, block_kv, load_at, key_order: KeyOrder::InOrder });
+                let (key_order, query_order) = (KeyOrder::InOrder, QueryOrder::AsLaunched);
+                all.push(PairTiles { subgroups, block_kv, load_at, key_order, query_order });
             }
         }
-        KeyOrder::both(all, |t| Self { key_order: KeyOrder::Rotated, ..t })
+        QueryOrder::tried(all, head_dim, |t, key_order, query_order| Self {
+            key_order,
+            query_order,
+            ..t
+        })
     }
 
     /// The tiles to try at `head_dim`, best first (only shapes of [`PairTiles::tried`]), their
     /// keys rotated ([`KeyOrder::Rotated`]: 1.13 times as fast as in order at D = 128 and
     /// N = 4096, 1.01 at 16384, on an H200 on 2026-11-26, spread over the whole slice; 1.14
-    /// and 1.09 on an H100 on 2026-11-27, over at most 4 MiB of K and V).
-    pub fn preferred(_head_dim: usize) -> Vec<Self> {
+    /// and 1.09 on an H100 on 2026-11-27, over at most 4 MiB of K and V), and with the causal
+    /// mask the query tiles taken longest first ([`QueryOrder::measured`]).
+    pub fn preferred(head_dim: usize) -> Vec<Self> {
         let tiles = |subgroups, block_kv| PairTiles {
             subgroups,
             block_kv,
             load_at: LoadAt::Staging,
             key_order: KeyOrder::Rotated,
+            query_order: QueryOrder::measured(head_dim),
         };
         vec![tiles(8, 32), tiles(4, 32), tiles(2, 32)]
     }
@@ -1118,6 +1201,13 @@ pub fn selected_by(name: &str, prefix: &str) -> bool {
     let only_a_number = !prefix.contains(' ') && prefix.ends_with(|c: char| c.is_ascii_digit());
     let rest = name.strip_prefix(prefix);
     rest.is_some_and(|rest| !(only_a_number && rest.starts_with(|c: char| c.is_ascii_digit())))
+}
+
+/// Whether an example's `--only` list, `prefixes`, selects the kernel called `name`: every
+/// kernel when the list is empty (no `--only`), else those that one of them selects
+/// ([`selected_by`]).
+pub fn selected_by_any(name: &str, prefixes: &[String]) -> bool {
+    prefixes.is_empty() || prefixes.iter().any(|prefix| selected_by(name, prefix))
 }
 
 /// `source` with each `const NAME: u32 = ...;` of `constants` given its value. A constant,
@@ -1282,7 +1372,7 @@ impl Tiles {
                 if t.prefetch { ", prefetch" } else { "" }
             ),
             Tiles::Arena(t) | Tiles::Overlap(t) => format!(
-                "{} {}x{}x16 rows, {} keys, Q {}, loads {}{}",
+                "{} {}x{}x16 rows, {} keys, Q {}, loads {}{}{}",
                 if matches!(self, Tiles::Arena(_)) { "v8" } else { "v9" },
                 t.subgroups,
                 t.row_tiles,
@@ -1290,13 +1380,15 @@ impl Tiles {
                 if t.q_in_registers { "in registers" } else { "per tile" },
                 t.load_at.phrase(),
                 t.key_order.phrase(),
+                t.query_order.phrase(),
             ),
             Tiles::Pairs(t) => format!(
-                "v10 {} pairs, {} keys, loads {}{}",
+                "v10 {} pairs, {} keys, loads {}{}{}",
                 t.subgroups / 2,
                 t.block_kv,
                 t.load_at.phrase(),
                 t.key_order.phrase(),
+                t.query_order.phrase(),
             ),
             Tiles::Split(t) => format!("v11 {}x1x16 rows, {} keys", t.subgroups, t.block_kv),
         }
@@ -1874,7 +1966,7 @@ pub fn versions() -> Vec<KernelVersion> {
 
 #[cfg(test)]
 mod tests {
-    use super::selected_by;
+    use super::{selected_by, selected_by_any};
 
     #[test]
     fn a_prefix_selects_names_without_cutting_a_number_short() {
@@ -1885,5 +1977,13 @@ mod tests {
         assert!(selected_by("v8 8x1x16 rows, 16 keys", "v8 8x1x16 rows, 1"));
         assert!(!selected_by("v8 arena", "v9"));
         assert!(selected_by("v10 pairs", "v"));
+    }
+
+    #[test]
+    fn no_list_selects_every_name_and_a_list_those_one_prefix_selects() {
+        let list = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        assert!(selected_by_any("v10 pairs", &[]));
+        assert!(selected_by_any("v10 pairs", &list(&["v8", "v10"])));
+        assert!(!selected_by_any("v10 pairs", &list(&["v8", "v1"])));
     }
 }

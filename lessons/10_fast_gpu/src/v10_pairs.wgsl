@@ -33,6 +33,9 @@
 // (2026-11-26, one tune run). With the starts spread over at most 4 MiB of K and V
 // (SPREAD_TILES, without the mask), on an H100 (2026-11-27, one tune run): 168.8 against
 // 147.7 at N = 4096 (142.9 against 130.0 with the mask) and 180.4 against 164.8 at 16384.
+// QUERY_GROUP is version 8's too: with the mask, the query tiles longest first in groups of
+// about 256 workgroups ran at 156.3 TFLOP/s against 143.8 at D = 128 and N = 4096, and 178.1
+// against 168.2 at 16384 (the keys rotated both times; an H100, 2026-11-27, one tune run).
 //
 // Layout: Q, K, V [slices, N, CHUNKS] of vec4<f16>, O [slices, Nq, CHUNKS] of vec4<f32>, rows
 // padded with zeros to a multiple of 32 numbers (two halves of 16-wide slices); L [slices,
@@ -51,6 +54,8 @@ const KEY_ORDER: u32 = 0u;           // 0: tiles of K and V in order; 1: rotated
 // With KEY_ORDER = 1 and no causal mask, the starts are spread over at most this many tiles:
 // 4 MiB of K and V in f16 (the chapter's "Spread over at most 4 MiB").
 const SPREAD_TILES: u32 = 4194304u / (4u * BLOCK_KV * HEAD_DIM);
+// 0: workgroup (x, y) takes query tile x of slice y; W > 0: see `assignment`.
+const QUERY_GROUP: u32 = 0u;
 
 const LANES: u32 = 32u;
 const THREADS: u32 = SUBGROUPS * LANES;
@@ -127,6 +132,27 @@ fn visible_keys(row: u32) -> u32 {
     return u32(clamp(end, 0, i32(params.kv_len)));
 }
 
+// ANCHOR: assignment
+// The query tile (x) and slice (y) that workgroup `id` of the grid (query tiles, slices)
+// takes. With QUERY_GROUP = W > 0 and the causal mask, the workgroups, counted in the order
+// they are launched (x first), take the slices in groups of about W workgroups (G = W / query
+// tiles slices, at least one), and in a group the query tiles longest first (the last query
+// tile sees the most keys), the G slices' in turn: the shortest workgroups end each group
+// and the dispatch, and the workgroups in flight still read only a few slices' K and V.
+fn assignment(id: vec2<u32>) -> vec2<u32> {
+    if QUERY_GROUP == 0u || params.causal == 0u {
+        return id;
+    }
+    let query_tiles = (params.q_len + BLOCK_Q - 1u) / BLOCK_Q;
+    let slices_per_group = max(QUERY_GROUP / query_tiles, 1u);
+    let launched = id.y * query_tiles + id.x;
+    let first_slice = (launched / (slices_per_group * query_tiles)) * slices_per_group;
+    let group = min(slices_per_group, params.slices - first_slice);
+    let within = launched - first_slice * query_tiles;
+    return vec2<u32>(query_tiles - 1u - within / group, first_slice + within % group);
+}
+// ANCHOR_END: assignment
+
 // ANCHOR: kv_tile
 // The first key of the u-th tile of K and V that this workgroup reads. With KEY_ORDER = 1 the
 // workgroup starts at tile `rotation` of its `tiles` and wraps around, so that the workgroups
@@ -202,8 +228,9 @@ fn flash_forward(
     @builtin(subgroup_id) sg: u32,
     @builtin(subgroup_invocation_id) lane: u32,
 ) {
-    let slice = tile.y;
-    let q_start = tile.x * BLOCK_Q;
+    let work = assignment(tile.xy);
+    let slice = work.y;
+    let q_start = work.x * BLOCK_Q;
     let neg_inf = minus_infinity();
     let pair_row = (sg / 2u) * 32u;                   // the pair's 32 rows of the tile
     let half = sg % 2u;                               // which half of the pair's work
@@ -254,7 +281,7 @@ fn flash_forward(
     // mask (T grows with x) S is T: the cap measured slower there.
     let query_tiles = (params.q_len + BLOCK_Q - 1u) / BLOCK_Q;
     let spread = select(min(tiles, SPREAD_TILES), tiles, params.causal == 1u);
-    let rotation = select(0u, (tile.x * spread) / query_tiles, KEY_ORDER == 1u);
+    let rotation = select(0u, (work.x * spread) / query_tiles, KEY_ORDER == 1u);
     // ANCHOR_END: rotation
     var m = neg_inf;                         // the row's max so far (log2 units), lazily kept
     var l = 0.0;                             // this lane's part of the row sum

@@ -21,7 +21,9 @@
 //
 // LOAD_AT: 0 reads V (K) from global memory where it is staged; 1 or 2 at the start of its
 // phase, so that the loads are in flight while the phase computes. KEY_ORDER is version 8's:
-// the tiles of K and V in order, or each workgroup starting at its own (kv_tile).
+// the tiles of K and V in order, or each workgroup starting at its own (kv_tile); so is
+// QUERY_GROUP: with the causal mask, the query tiles longest first in groups (assignment;
+// not timed for this version).
 //
 // Measured on an H100 (2026-11-26, the chapter's tables), 8 subgroups of 16 rows, Q in
 // registers: at D = 128 with 32 keys, 160 TFLOP/s against version 8's 152 at N = 16384 and
@@ -49,6 +51,8 @@ const KEY_ORDER: u32 = 0u;           // 0: tiles of K and V in order; 1: rotated
 // With KEY_ORDER = 1 and no causal mask, the starts are spread over at most this many tiles:
 // 4 MiB of K and V in f16 (the chapter's "Spread over at most 4 MiB").
 const SPREAD_TILES: u32 = 4194304u / (4u * BLOCK_KV * HEAD_DIM);
+// 0: workgroup (x, y) takes query tile x of slice y; W > 0: see `assignment`.
+const QUERY_GROUP: u32 = 0u;
 
 const LANES: u32 = 32u;
 const THREADS: u32 = SUBGROUPS * LANES;
@@ -129,6 +133,25 @@ fn visible_keys(row: u32) -> u32 {
     return u32(clamp(end, 0, i32(params.kv_len)));
 }
 
+// The query tile (x) and slice (y) that workgroup `id` of the grid (query tiles, slices)
+// takes. With QUERY_GROUP = W > 0 and the causal mask, the workgroups, counted in the order
+// they are launched (x first), take the slices in groups of about W workgroups (G = W / query
+// tiles slices, at least one), and in a group the query tiles longest first (the last query
+// tile sees the most keys), the G slices' in turn: the shortest workgroups end each group
+// and the dispatch, and the workgroups in flight still read only a few slices' K and V.
+fn assignment(id: vec2<u32>) -> vec2<u32> {
+    if QUERY_GROUP == 0u || params.causal == 0u {
+        return id;
+    }
+    let query_tiles = (params.q_len + BLOCK_Q - 1u) / BLOCK_Q;
+    let slices_per_group = max(QUERY_GROUP / query_tiles, 1u);
+    let launched = id.y * query_tiles + id.x;
+    let first_slice = (launched / (slices_per_group * query_tiles)) * slices_per_group;
+    let group = min(slices_per_group, params.slices - first_slice);
+    let within = launched - first_slice * query_tiles;
+    return vec2<u32>(query_tiles - 1u - within / group, first_slice + within % group);
+}
+
 // The first key of the u-th tile of K and V that this workgroup reads. With KEY_ORDER = 1 the
 // workgroup starts at tile `rotation` of its `tiles` and wraps around, so that the workgroups
 // of a slice, which run at the same time, start at different tiles instead of all reading
@@ -202,8 +225,9 @@ fn flash_forward(
     @builtin(subgroup_id) sg: u32,
     @builtin(subgroup_invocation_id) lane: u32,
 ) {
-    let slice = tile.y;
-    let q_start = tile.x * BLOCK_Q;
+    let work = assignment(tile.xy);
+    let slice = work.y;
+    let q_start = work.x * BLOCK_Q;
     let neg_inf = minus_infinity();
     let first_row = sg * SUBGROUP_ROWS;               // the subgroup's rows of the tile
     let my_row = first_row + lane / LANES_PER_ROW;    // this lane's row for the softmax
@@ -255,7 +279,7 @@ fn flash_forward(
     // mask (T grows with x) S is T: the cap measured slower there.
     let query_tiles = (params.q_len + BLOCK_Q - 1u) / BLOCK_Q;
     let spread = select(min(tiles, SPREAD_TILES), tiles, params.causal == 1u);
-    let rotation = select(0u, (tile.x * spread) / query_tiles, KEY_ORDER == 1u);
+    let rotation = select(0u, (work.x * spread) / query_tiles, KEY_ORDER == 1u);
     var m = neg_inf;                         // the row's max so far (log2 units), lazily kept
     var l = 0.0;                             // this lane's part of the row sum
 

@@ -3,7 +3,7 @@
 //! bodies are the shared ones of `testkit::checks`; only the forward function differs.
 
 use gpu::attention::{KernelVersion, Prepared, attention_on};
-use lesson10::{F32Tiles, Kernel, RegisterTiles, Tiles};
+use lesson10::{ArenaTiles, F32Tiles, Kernel, PairTiles, QueryOrder, RegisterTiles, Tiles};
 use ndarray::Array4;
 use proptest::prelude::*;
 use reference::{AttentionOptions, Forward, Problem, ProblemSpec, check_output, oracle};
@@ -223,6 +223,47 @@ fn every_tensor_core_tile_shape_on_tails_and_causal_offsets() {
                 }
             }
         }
+    }
+}
+
+/// Versions 8 to 10 (their preferred tiles, in the orders of work they take) on problems large
+/// enough for those orders to matter, which the small shapes above are not (they have one
+/// query tile):
+/// - with the causal mask, 5 slices of 5 query tiles taken longest first in groups of 10
+///   workgroups, so 2 slices a group and a last group of one, with `Nkv` above and below `Nq`;
+/// - without it at D = 256, K and V longer than 4 MiB, where the rotation's spread is capped
+///   (`SPREAD_TILES` in the shaders).
+#[test]
+fn orders_of_work_over_several_query_tiles_and_slices() {
+    let Some(gpu) = gpu::for_tests().filter(|gpu| gpu.has_tensor_cores()) else { return };
+    // The tiles each version takes on this device, in `query_order`.
+    let tiles_at = |head_dim: usize, query_order: QueryOrder| {
+        let arena = ArenaTiles::for_device(&gpu.device, head_dim).unwrap();
+        let pairs = PairTiles::for_device(&gpu.device, head_dim).unwrap();
+        let arena = ArenaTiles { query_order, ..arena };
+        [
+            Tiles::Arena(arena),
+            Tiles::Overlap(arena),
+            Tiles::Pairs(PairTiles { query_order, ..pairs }),
+        ]
+    };
+    let grouped = QueryOrder::LongestFirst { workgroups: 10 };
+    for tiles in tiles_at(64, grouped) {
+        assert_eq!(tiles.block_q(), 128, "{}: 5 query tiles need other lengths", tiles.describe());
+        for kv_len in [561, 321] {
+            let spec = ProblemSpec::new(1, 5, 4 * 128 + 9, kv_len, 64).causal(true);
+            let case = Case { spec, seed: 5 };
+            check_against_oracle(&compiled_with(tiles), &case, tolerance_of(tiles))
+                .unwrap_or_else(|e| panic!("{}, {case:?}: {e}", tiles.describe()));
+        }
+    }
+    let (head_dim, kv_len) = (256, 4096 + 48);
+    assert!(kv_len * head_dim * 2 * 2 > 4 << 20, "K and V in f16 take more than 4 MiB");
+    for tiles in tiles_at(head_dim, QueryOrder::AsLaunched) {
+        let spec = ProblemSpec::new(1, 2, 3 * tiles.block_q() + 5, kv_len, head_dim);
+        let case = Case { spec, seed: 6 };
+        check_against_oracle(&compiled_with(tiles), &case, tolerance_of(tiles))
+            .unwrap_or_else(|e| panic!("{}, {case:?}: {e}", tiles.describe()));
     }
 }
 

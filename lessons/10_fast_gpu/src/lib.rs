@@ -741,25 +741,37 @@ impl QueryOrder {
         }
     }
 
-    /// The groups measured fastest for the preferred tiles at `head_dim`: about two rounds of
-    /// the workgroups an H100 holds at once, 512 where two of version 8's fit a multiprocessor
-    /// (D = 64), 256 where one does.
-    fn measured(head_dim: usize) -> Self {
-        let workgroups = if head_dim <= 64 { 512 } else { 256 };
-        QueryOrder::LongestFirst { workgroups }
+    /// Longest first in groups of about two rounds of the workgroups an H100 holds at once,
+    /// the groups measured fastest: 132 multiprocessors with `per_multiprocessor` workgroups
+    /// on each, so 256 where one workgroup fits a multiprocessor (version 10 at D = 128) and
+    /// 512 where two do (version 8's 16-key tiles at D = 64).
+    fn two_rounds(per_multiprocessor: usize) -> Self {
+        QueryOrder::LongestFirst { workgroups: 256 * per_multiprocessor }
+    }
+
+    /// Whether `version` can take this order: groups of at least one workgroup.
+    fn check(self, version: &str) -> Result<(), AttentionError> {
+        if self == (QueryOrder::LongestFirst { workgroups: 0 }) {
+            return Err(GpuError::KernelMisuse(format!(
+                "{version}: query tiles longest first in groups of 0 workgroups; expected \
+                 groups of 1 or more (or QueryOrder::AsLaunched)"
+            ))
+            .into());
+        }
+        Ok(())
     }
 
     /// Each of `tiles` in the orders tested: keys in order and as launched, keys rotated and
-    /// as launched, keys rotated and longest first ([`QueryOrder::measured`]).
+    /// as launched, keys rotated and `longest_first`.
     fn tried<T: Copy>(
         tiles: Vec<T>,
-        head_dim: usize,
+        longest_first: QueryOrder,
         with: impl Fn(T, KeyOrder, QueryOrder) -> T,
     ) -> Vec<T> {
         let orders = [
             (KeyOrder::InOrder, QueryOrder::AsLaunched),
             (KeyOrder::Rotated, QueryOrder::AsLaunched),
-            (KeyOrder::Rotated, QueryOrder::measured(head_dim)),
+            (KeyOrder::Rotated, longest_first),
         ];
         let mut all = Vec::new();
         for (key_order, query_order) in orders {
@@ -856,7 +868,8 @@ impl ArenaTiles {
     /// Whether `version` (8 or 9, which take the same tiles) accepts them at `head_dim`.
     fn check_for(&self, version: &str, head_dim: usize) -> Result<(), AttentionError> {
         let (subgroups, row_tiles, block_kv) = (self.subgroups, self.row_tiles, self.block_kv);
-        check_subgroup_tiles(version, self, (subgroups, row_tiles, block_kv), head_dim)
+        check_subgroup_tiles(version, self, (subgroups, row_tiles, block_kv), head_dim)?;
+        self.query_order.check(version)
     }
 
     /// Version 8's source for these tiles at `head_dim`: its constants set, its marked loops
@@ -911,11 +924,19 @@ impl ArenaTiles {
         if head_dim > 128 {
             all.retain(|t| t.row_tiles == 1);
         }
-        QueryOrder::tried(all, head_dim, |t, key_order, query_order| Self {
+        QueryOrder::tried(all, Self::longest_first(head_dim), |t, key_order, query_order| Self {
             key_order,
             query_order,
             ..t
         })
+    }
+
+    /// With the causal mask, the query tiles longest first in groups of two rounds
+    /// ([`QueryOrder::two_rounds`]): two workgroups on a multiprocessor at D = 64, where
+    /// version 8's preferred tiles take 107 registers, one above (the other shapes' counts
+    /// are not measured, and version 9's groups were not timed).
+    fn longest_first(head_dim: usize) -> QueryOrder {
+        QueryOrder::two_rounds(if head_dim <= 64 { 2 } else { 1 })
     }
 
     /// [`ArenaTiles::tried`] with each of the other times to read K and V: what the tuning
@@ -943,7 +964,7 @@ impl ArenaTiles {
     /// 1.11 at 16384, on an H200 on 2026-11-26; 1.14 and 1.10 on an H100 on 2026-11-27; at
     /// D = 128 and 256, and for version 9, which takes these tiles too, both orders pass the
     /// tests but were not timed against each other), and with the causal mask the query tiles
-    /// are taken longest first ([`QueryOrder::measured`]).
+    /// are taken longest first ([`ArenaTiles::longest_first`]).
     pub fn preferred(head_dim: usize) -> Vec<Self> {
         let tiles = |subgroups, row_tiles, block_kv| ArenaTiles {
             subgroups,
@@ -952,7 +973,7 @@ impl ArenaTiles {
             q_in_registers: true,
             load_at: LoadAt::Staging,
             key_order: KeyOrder::Rotated,
-            query_order: QueryOrder::measured(head_dim),
+            query_order: Self::longest_first(head_dim),
         };
         if head_dim <= 64 {
             vec![tiles(8, 1, 16), tiles(4, 1, 16)]
@@ -1027,7 +1048,7 @@ impl PairTiles {
             ))
             .into());
         }
-        Ok(())
+        self.query_order.check("v10 pairs")
     }
 
     /// Version 10's source for these tiles at `head_dim`: its constants set, its marked loops
@@ -1046,7 +1067,7 @@ impl PairTiles {
 
     /// Every shape the tests check and the tuning example times, each in the orders of
     /// [`QueryOrder::tried`] (those that do not fit a device's workgroup memory are left out where they run).
-    pub fn tried(head_dim: usize) -> Vec<Self> {
+    pub fn tried(_head_dim: usize) -> Vec<Self> {
         let mut all = Vec::new();
         for load_at in [LoadAt::Staging, LoadAt::Products] {
             for (subgroups, block_kv) in [(8, 32), (4, 32), (2, 32), (4, 64), (2, 64)] {
@@ -1054,7 +1075,7 @@ impl PairTiles {
                 all.push(PairTiles { subgroups, block_kv, load_at, key_order, query_order });
             }
         }
-        QueryOrder::tried(all, head_dim, |t, key_order, query_order| Self {
+        QueryOrder::tried(all, QueryOrder::two_rounds(1), |t, key_order, query_order| Self {
             key_order,
             query_order,
             ..t
@@ -1065,14 +1086,16 @@ impl PairTiles {
     /// keys rotated ([`KeyOrder::Rotated`]: 1.13 times as fast as in order at D = 128 and
     /// N = 4096, 1.01 at 16384, on an H200 on 2026-11-26, spread over the whole slice; 1.14
     /// and 1.09 on an H100 on 2026-11-27, over at most 4 MiB of K and V), and with the causal
-    /// mask the query tiles taken longest first ([`QueryOrder::measured`]).
-    pub fn preferred(head_dim: usize) -> Vec<Self> {
+    /// mask the query tiles taken longest first in groups of 256 workgroups
+    /// ([`QueryOrder::two_rounds`]: one workgroup of 4 pairs fits a multiprocessor at D = 64
+    /// and 128; groups of 256 were timed at D = 128 only).
+    pub fn preferred(_head_dim: usize) -> Vec<Self> {
         let tiles = |subgroups, block_kv| PairTiles {
             subgroups,
             block_kv,
             load_at: LoadAt::Staging,
             key_order: KeyOrder::Rotated,
-            query_order: QueryOrder::measured(head_dim),
+            query_order: QueryOrder::two_rounds(1),
         };
         vec![tiles(8, 32), tiles(4, 32), tiles(2, 32)]
     }

@@ -146,10 +146,12 @@ fn visible_keys(row: u32) -> u32 {
 
 // The query tile (x) and slice (y) that workgroup `id` of the grid (query tiles, slices)
 // takes. With QUERY_GROUP = W > 0 and the causal mask, the workgroups, counted in the order
-// they are launched (x first), take the slices in groups of about W workgroups (G = W / query
-// tiles slices, at least one), and in a group the query tiles longest first (the last query
-// tile sees the most keys), the G slices' in turn: the shortest workgroups end each group
-// and the dispatch, and the workgroups in flight still read only a few slices' K and V.
+// they are assumed to be launched (x first; neither Vulkan nor WGSL promises an order, and in
+// another the mapping may be slower, never wrong), take the slices G = max(1, W / query_tiles) at
+// a time, about W workgroups, and within those G slices the query tiles from the last (which
+// sees the most keys) down, each tile for the G slices one after another: each group, and the
+// dispatch, ends with its shortest workgroups, and the workgroups in flight read only a few
+// slices' K and V.
 fn assignment(id: vec2<u32>) -> vec2<u32> {
     if QUERY_GROUP == 0u || params.causal == 0u {
         return id;

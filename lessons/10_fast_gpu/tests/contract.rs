@@ -226,13 +226,22 @@ fn every_tensor_core_tile_shape_on_tails_and_causal_offsets() {
     }
 }
 
-/// Versions 8 to 10 (their preferred tiles, in the orders of work they take) on problems large
-/// enough for those orders to matter, which the small shapes above are not (they have one
-/// query tile):
+/// Keys per tile of versions 8 to 10.
+fn keys_per_tile(tiles: Tiles) -> usize {
+    match tiles {
+        Tiles::Arena(t) | Tiles::Overlap(t) => t.block_kv,
+        Tiles::Pairs(t) => t.block_kv,
+        other => panic!("{}: not version 8, 9 or 10", other.describe()),
+    }
+}
+
+/// Versions 8 to 10, with the tiles each takes on the test device, on problems where their
+/// orders of work change which workgroup does what. In the tests above, groups of 256 or 512
+/// workgroups hold the whole grid, and $K$ and $V$ never reach 4 MiB. Here:
 /// - with the causal mask, 5 slices of 5 query tiles taken longest first in groups of 10
-///   workgroups, so 2 slices a group and a last group of one, with `Nkv` above and below `Nq`;
-/// - without it at D = 256, K and V longer than 4 MiB, where the rotation's spread is capped
-///   (`SPREAD_TILES` in the shaders).
+///   workgroups: 2 slices a group and a last group of one, with `Nkv` above and below `Nq`;
+/// - without it at D = 256, $K$ and $V$ over 4 MiB, so that the rotation's spread is capped
+///   (`SPREAD_TILES` in the shaders: 4 MiB of $K$ and $V$ in f16, in tiles).
 #[test]
 fn orders_of_work_over_several_query_tiles_and_slices() {
     let Some(gpu) = gpu::for_tests().filter(|gpu| gpu.has_tensor_cores()) else { return };
@@ -249,17 +258,19 @@ fn orders_of_work_over_several_query_tiles_and_slices() {
     };
     let grouped = QueryOrder::LongestFirst { workgroups: 10 };
     for tiles in tiles_at(64, grouped) {
-        assert_eq!(tiles.block_q(), 128, "{}: 5 query tiles need other lengths", tiles.describe());
-        for kv_len in [561, 321] {
-            let spec = ProblemSpec::new(1, 5, 4 * 128 + 9, kv_len, 64).causal(true);
+        let q_len = 4 * tiles.block_q() + 9; // 5 query tiles, so 2 slices a group of 10
+        for kv_len in [q_len + 40, q_len - 200] {
+            let spec = ProblemSpec::new(1, 5, q_len, kv_len, 64).causal(true);
             let case = Case { spec, seed: 5 };
             check_against_oracle(&compiled_with(tiles), &case, tolerance_of(tiles))
                 .unwrap_or_else(|e| panic!("{}, {case:?}: {e}", tiles.describe()));
         }
     }
-    let (head_dim, kv_len) = (256, 4096 + 48);
-    assert!(kv_len * head_dim * 2 * 2 > 4 << 20, "K and V in f16 take more than 4 MiB");
+    let (head_dim, kv_len): (usize, usize) = (256, 4096 + 48);
     for tiles in tiles_at(head_dim, QueryOrder::AsLaunched) {
+        let keys = keys_per_tile(tiles);
+        let spread_tiles = (4 << 20) / (4 * keys * head_dim);
+        assert!(kv_len.div_ceil(keys) > spread_tiles, "{}: the cap must bind", tiles.describe());
         let spec = ProblemSpec::new(1, 2, 3 * tiles.block_q() + 5, kv_len, head_dim);
         let case = Case { spec, seed: 6 };
         check_against_oracle(&compiled_with(tiles), &case, tolerance_of(tiles))

@@ -5,8 +5,8 @@
 
 use gpu::kernel::{Checks, spirv, workgroup_memory_bytes};
 use lesson10::{
-    ArenaTiles, F32Tiles, LeaveOut, LoadAt, PairTiles, PipelinedTiles, SpecialisedTiles,
-    SplitTiles, V4_SPECIALISED, V5_PIPELINED, V8_ARENA, V9_OVERLAP, specialise,
+    ArenaTiles, F32Tiles, LeaveOut, LoadAt, PairTiles, PipelinedTiles, QueryOrder,
+    SpecialisedTiles, SplitTiles, V4_SPECIALISED, V5_PIPELINED, V8_ARENA, V9_OVERLAP, specialise,
 };
 
 fn compiles(label: &str, source: &str) -> Result<(), String> {
@@ -155,6 +155,14 @@ fn unsupported_subgroup_tiles_are_refused_with_what_is_expected() {
     }
     let err = pairs.check(48).unwrap_err().to_string();
     assert!(err.contains("a head_dim that is a multiple of 32"), "{err}");
+    let no_group = QueryOrder::LongestFirst { workgroups: 0 };
+    let errors = [
+        ArenaTiles { query_order: no_group, ..good }.check(64).unwrap_err(),
+        PairTiles { query_order: no_group, ..pairs }.check(64).unwrap_err(),
+    ];
+    for err in errors.map(|e| e.to_string()) {
+        assert!(err.contains("groups of 0 workgroups; expected groups of 1 or more"), "{err}");
+    }
     let split = SplitTiles::preferred(64)[0];
     assert!(split.check(64).is_ok());
     for bad in [SplitTiles { subgroups: 2, ..split }, SplitTiles { block_kv: 64, ..split }] {

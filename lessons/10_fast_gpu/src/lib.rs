@@ -1066,7 +1066,8 @@ impl PairTiles {
     }
 
     /// Every shape the tests check and the tuning example times, each in the orders of
-    /// [`QueryOrder::tried`] (those that do not fit a device's workgroup memory are left out where they run).
+    /// [`QueryOrder::tried`] (those that do not fit a device's workgroup memory are left out
+    /// where they run).
     pub fn tried(_head_dim: usize) -> Vec<Self> {
         let mut all = Vec::new();
         for load_at in [LoadAt::Staging, LoadAt::Products] {

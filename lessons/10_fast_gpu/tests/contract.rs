@@ -237,11 +237,11 @@ fn keys_per_tile(tiles: Tiles) -> usize {
 
 /// Versions 8 to 10, with the tiles each takes on the test device, on problems where their
 /// orders of work change which workgroup does what. In the tests above, groups of 256 or 512
-/// workgroups hold the whole grid, and $K$ and $V$ never reach 4 MiB. Here:
+/// workgroups hold the whole grid, and K and V never reach 4 MiB. Here:
 /// - with the causal mask, 5 slices of 5 query tiles taken longest first in groups of 10
 ///   workgroups: 2 slices a group and a last group of one, with `Nkv` above and below `Nq`;
-/// - without it at D = 256, $K$ and $V$ over 4 MiB, so that the rotation's spread is capped
-///   (`SPREAD_TILES` in the shaders: 4 MiB of $K$ and $V$ in f16, in tiles).
+/// - without it at D = 256, K and V over 4 MiB, so that the rotation's spread is capped
+///   (`SPREAD_TILES` in the shaders: 4 MiB of K and V in f16, in tiles).
 #[test]
 fn orders_of_work_over_several_query_tiles_and_slices() {
     let Some(gpu) = gpu::for_tests().filter(|gpu| gpu.has_tensor_cores()) else { return };

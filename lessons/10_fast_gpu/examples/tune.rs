@@ -7,9 +7,9 @@
 //!    fastest per head dimension is what `SpecialisedTiles::for_device`,
 //!    `PipelinedTiles::for_device`, `ArenaTiles::for_device` and `F32Tiles::for_device` try
 //!    first.
-//! 2. Version 6 with parts of its work left out ([`LeaveOut`]): the time each part costs is
-//!    the difference from the whole. Those outputs are wrong and not validated; they are
-//!    measurements, never kernels.
+//! 2. Version 6, or with `--ablate v10` version 10, with parts of its work left out
+//!    ([`LeaveOut`]): the time each part costs is the difference from the whole. Those outputs
+//!    are wrong and not validated; they are measurements, never kernels.
 //!
 //! ```text
 //! cargo run --release -p lesson10 --example tune                        # D = 64 and 128
@@ -18,6 +18,8 @@
 //! cargo run --release -p lesson10 --example tune -- --only v1,v7      # the f32 versions
 //! cargo run --release -p lesson10 --example tune -- --ablate 4x1x64   # parts left out of these
 //! cargo run --release -p lesson10 --example tune -- --ablate none     # no parts left out
+//! cargo run --release -p lesson10 --example tune -- --ablate v10 --only "v10 4 pairs"
+//!                                          # version 10's chosen tiles with parts left out
 //! cargo run --release -p lesson10 --example tune -- --only v8 --causal no  # no causal column
 //! cargo run --release -p lesson10 --example tune -- --only v8 --keep-going  # time wrong ones too
 //! cargo run --release -p lesson10 --example tune -- --only "v8 8x1x16 rows, 16 keys;v10"  # ; splits
@@ -33,7 +35,7 @@ use bench::report::{Cell, Table};
 use gpu::attention::{AttentionBuffers, AttentionKernel, Prepared, attention_on};
 use gpu::kernel::Checks;
 use gpu::{Gpu, GpuTimer};
-use lesson10::{ArenaTiles, F32Tiles, Kernel, LeaveOut, LoadAt, PipelinedTiles, Tiles};
+use lesson10::{ArenaTiles, F32Tiles, Kernel, LeaveOut, LoadAt, PairTiles, PipelinedTiles, Tiles};
 use reference::Storage;
 use reference::{About, AttentionError, ForwardVersion, Problem, ProblemSpec, Tolerance};
 
@@ -48,19 +50,21 @@ struct Candidate {
     version: &'static str,
 }
 
-/// Which version 6 the parts are left out of (`--ablate`).
+/// Which kernel the parts are left out of (`--ablate`).
 #[derive(Clone, Copy)]
 enum Ablate {
     /// The tiles version 6 chooses on the device (no `--ablate`).
     Chosen,
-    /// These tiles where they fit, else the chosen ones (`--ablate 4x2x32`).
+    /// These tiles of version 6 where they fit, else the chosen ones (`--ablate 4x2x32`).
     Tiles(PipelinedTiles),
+    /// The tiles version 10 chooses on the device (`--ablate v10`).
+    Pairs,
     /// None at all (`--ablate none`).
     Nothing,
 }
 
-/// Versions 3 and 1, every tile shape of versions 4 to 11 that fits, and version 6 with parts
-/// left out (see [`Ablate`]).
+/// Versions 3 and 1, every tile shape of versions 4 to 11 that fits, and version 6 or 10 with
+/// parts left out (see [`Ablate`]).
 fn candidates(device: &wgpu::Device, head_dim: usize, ablate: Ablate) -> Vec<Candidate> {
     let available = device.limits().max_compute_workgroup_storage_size as usize;
     let mut all = vec![Candidate {
@@ -99,6 +103,10 @@ fn candidates(device: &wgpu::Device, head_dim: usize, ablate: Ablate) -> Vec<Can
     let fits = |t: &PipelinedTiles| t.workgroup_bytes(head_dim) <= available;
     let wanted = match ablate {
         Ablate::Nothing => return all,
+        Ablate::Pairs => {
+            all.extend(pairs_left_out(device, head_dim));
+            return all;
+        }
         Ablate::Tiles(tiles) => Some(tiles),
         Ablate::Chosen => None,
     };
@@ -130,6 +138,36 @@ fn candidates(device: &wgpu::Device, head_dim: usize, ablate: Ablate) -> Vec<Can
         });
     }
     all
+}
+
+/// Version 10's chosen tiles with each part [`LeaveOut::IN_VERSION_10`] offers left out, and
+/// with everything but the products left out; none if version 10 does not fit `device`.
+fn pairs_left_out(device: &wgpu::Device, head_dim: usize) -> Vec<Candidate> {
+    let Ok(tiles) = PairTiles::for_device(device, head_dim.next_multiple_of(32)) else {
+        return Vec::new();
+    };
+    let parts = [
+        ("softmax", LeaveOut::SOFTMAX),
+        ("QK^T", LeaveOut::SCORES),
+        ("PV", LeaveOut::VALUES),
+        ("S store", LeaveOut::STORE_S),
+        ("K/V loads", LeaveOut::LOADS),
+        ("softmax, S store", LeaveOut::SOFTMAX.and(LeaveOut::STORE_S)),
+        ("QK^T, PV", LeaveOut::SCORES.and(LeaveOut::VALUES)),
+        ("all but the products", LeaveOut::SOFTMAX.and(LeaveOut::STORE_S).and(LeaveOut::LOADS)),
+    ];
+    let name = Tiles::Pairs(tiles).describe();
+    parts
+        .into_iter()
+        .map(|(what, leave_out)| Candidate {
+            name: format!("{name} without {what}"),
+            build: Arc::new(move |device, d| {
+                Kernel::pairs_leaving_out(device, d, tiles, leave_out)
+            }),
+            validated: false,
+            version: "v10 pairs",
+        })
+        .collect()
 }
 
 /// Median GPU seconds of `kernel` on the uploaded problem `io`; with `tolerance`, its output's
@@ -183,12 +221,15 @@ fn main() -> Result<(), String> {
     let columns = bench::report::problem_columns(&seqs, &kv_lens, &masks)?;
     let ablate = match args.iter().position(|a| a == "--ablate") {
         Some(i) if args.get(i + 1).map(String::as_str) == Some("none") => Ablate::Nothing,
+        Some(i) if args.get(i + 1).map(String::as_str) == Some("v10") => Ablate::Pairs,
         Some(i) => {
-            let shape = args.get(i + 1).ok_or("--ablate needs tiles such as 4x2x32")?;
+            let shape =
+                args.get(i + 1).ok_or("--ablate needs none, v10 or tiles such as 4x2x32")?;
             let numbers: Vec<usize> = shape.split('x').filter_map(|x| x.parse().ok()).collect();
             let [subgroups, row_tiles, block_kv] = numbers[..] else {
                 return Err(format!(
-                    "--ablate {shape}: expected SUBGROUPSxROW_TILESxKEYS, e.g. 4x2x32"
+                    "--ablate {shape}: expected none, v10 or version 6's tiles as \
+                     SUBGROUPSxROW_TILESxKEYS, e.g. 4x2x32"
                 ));
             };
             Ablate::Tiles(PipelinedTiles { subgroups, row_tiles, block_kv, transpose_v: false })

@@ -450,8 +450,8 @@ pub struct PipelinedTiles {
     pub transpose_v: bool,
 }
 
-/// Parts of version 5's or 6's work left out, to measure what each costs (examples/tune.rs);
-/// any but [`LeaveOut::NOTHING`] gives a wrong answer.
+/// Parts of version 5's, 6's or 10's work left out, to measure what each costs
+/// (examples/tune.rs); any but [`LeaveOut::NOTHING`] gives a wrong answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LeaveOut(pub u32);
 
@@ -473,10 +473,14 @@ impl LeaveOut {
     pub const RESCALE: Self = Self(32);
     /// O and L are never written (version 6 only).
     pub const OUTPUT: Self = Self(64);
-    /// K and V staged as zeros, never read from memory (version 6 only).
+    /// K and V staged as zeros, never read from memory (versions 6 and 10).
     pub const LOADS: Self = Self(128);
     /// K and V read from memory, never stored to workgroup memory (version 6 only).
     pub const STASH: Self = Self(256);
+
+    /// The parts version 10 can leave out: the softmax, either product, the store of S and
+    /// the loads of K and V.
+    pub const IN_VERSION_10: Self = Self(1 | 2 | 4 | 8 | 128);
 
     /// Both parts left out.
     pub fn and(self, other: Self) -> Self {
@@ -1054,6 +1058,24 @@ impl PairTiles {
     /// Version 10's source for these tiles at `head_dim`: its constants set, its marked loops
     /// unrolled ([`unroll`]).
     pub fn source(&self, head_dim: usize) -> Result<String, AttentionError> {
+        self.source_leaving_out(head_dim, LeaveOut::NOTHING)
+    }
+
+    /// [`PairTiles::source`] with parts of the work left out, for measurements only: the
+    /// output is wrong. Parts version 10 cannot leave out are refused.
+    pub fn source_leaving_out(
+        &self,
+        head_dim: usize,
+        leave_out: LeaveOut,
+    ) -> Result<String, AttentionError> {
+        let unknown = leave_out.0 & !LeaveOut::IN_VERSION_10.0;
+        if unknown != 0 {
+            return Err(GpuError::KernelMisuse(format!(
+                "v10 pairs: cannot leave out parts {unknown:#b}; it leaves out only the \
+                 softmax (1), QK^T (2), PV (4), the store of S (8) and the K/V loads (128)"
+            ))
+            .into());
+        }
         let constants = [
             ("HEAD_DIM", head_dim),
             ("BLOCK_KV", self.block_kv),
@@ -1061,6 +1083,7 @@ impl PairTiles {
             ("LOAD_AT", self.load_at as usize),
             ("KEY_ORDER", self.key_order as usize),
             ("QUERY_GROUP", self.query_order.group()),
+            ("LEAVE_OUT", leave_out.0 as usize),
         ];
         unroll(&specialise(V10_PAIRS, &constants)?)
     }
@@ -1679,10 +1702,21 @@ impl Kernel {
         head_dim: usize,
         tiles: PairTiles,
     ) -> Result<Self, AttentionError> {
+        Self::pairs_leaving_out(device, head_dim, tiles, LeaveOut::NOTHING)
+    }
+
+    /// Version 10 for `head_dim` with the given tiles and choices, and, for measurements only,
+    /// parts of its work left out ([`PairTiles::source_leaving_out`]).
+    pub fn pairs_leaving_out(
+        device: &wgpu::Device,
+        head_dim: usize,
+        tiles: PairTiles,
+        leave_out: LeaveOut,
+    ) -> Result<Self, AttentionError> {
         check_tensor_cores(device, head_dim, "v10 pairs")?;
         let padded = head_dim.next_multiple_of(32);
         tiles.check(padded)?;
-        let source = || tiles.source(padded);
+        let source = || tiles.source_leaving_out(padded, leave_out);
         let name = ("v10 pairs", "v10_pairs.wgsl");
         Self::specialised_kernel(device, name, head_dim, Tiles::Pairs(tiles), source)
     }

@@ -37,6 +37,9 @@
 // about 256 workgroups ran at 156.3 TFLOP/s against 143.8 at D = 128 and N = 4096, and 178.1
 // against 168.2 at 16384 (the keys rotated both times; an H100, 2026-11-27, one tune run).
 //
+// LEAVE_OUT is for measurements only (examples/tune.rs, `--ablate v10`), as in version 6:
+// each bit removes one part of the work, so that the time it costs can be read off.
+//
 // Layout: Q, K, V [slices, N, CHUNKS] of vec4<f16>, O [slices, Nq, CHUNKS] of vec4<f32>, rows
 // padded with zeros to a multiple of 32 numbers (two halves of 16-wide slices); L [slices,
 // Nq] of f32.
@@ -56,6 +59,13 @@ const KEY_ORDER: u32 = 0u;           // 0: tiles of K and V in order; 1: rotated
 const SPREAD_TILES: u32 = 4194304u / (4u * BLOCK_KV * HEAD_DIM);
 // 0: workgroup (x, y) takes query tile x of slice y; W > 0: see `assignment`.
 const QUERY_GROUP: u32 = 0u;
+const LEAVE_OUT: u32 = 0u;           // measurements only: see above and `LeaveOut` in lib.rs
+
+const RUN_SOFTMAX: bool = (LEAVE_OUT & 1u) == 0u;   // 1: no reads of S, exponentials, P
+const RUN_SCORES: bool = (LEAVE_OUT & 2u) == 0u;    // 2: no S = Q K^T (S stored as zeros)
+const RUN_VALUES: bool = (LEAVE_OUT & 4u) == 0u;    // 4: no O += P V
+const RUN_STORE_S: bool = (LEAVE_OUT & 8u) == 0u;   // 8: S not stored to workgroup memory
+const RUN_LOADS: bool = (LEAVE_OUT & 128u) == 0u;   // 128: K and V staged as zeros, never read
 
 const LANES: u32 = 32u;
 const THREADS: u32 = SUBGROUPS * LANES;
@@ -141,11 +151,10 @@ fn visible_keys(row: u32) -> u32 {
 // sees the most keys) down, each tile for the G slices one after another: each group, and the
 // dispatch, ends with its shortest workgroups, and the workgroups in flight read only a few
 // slices' K and V.
-fn assignment(id: vec2<u32>) -> vec2<u32> {
+fn assignment(id: vec2<u32>, query_tiles: u32) -> vec2<u32> {
     if QUERY_GROUP == 0u || params.causal == 0u {
         return id;
     }
-    let query_tiles = (params.q_len + BLOCK_Q - 1u) / BLOCK_Q;
     let slices_per_group = max(QUERY_GROUP / query_tiles, 1u);
     let launched = id.y * query_tiles + id.x;
     let first_slice = (launched / (slices_per_group * query_tiles)) * slices_per_group;
@@ -182,9 +191,10 @@ fn fetch(from_k: bool, slice: u32, first: u32, thread: u32) -> array<vec4<f16>, 
         let at = (slice * params.kv_len + key) * CHUNKS + e % CHUNKS;
         let in_tile = TILE_CHUNKS % THREADS == 0u || e < TILE_CHUNKS;  // constant if it divides
         var x = vec4<f16>(0.0h);
-        if in_tile && key < params.kv_len && from_k {
+        let read = RUN_LOADS && in_tile && key < params.kv_len;
+        if read && from_k {
             x = k[at];
-        } else if in_tile && key < params.kv_len {
+        } else if read {
             x = v[at];
         }
         staged[i] = x;
@@ -230,7 +240,8 @@ fn flash_forward(
     @builtin(subgroup_id) sg: u32,
     @builtin(subgroup_invocation_id) lane: u32,
 ) {
-    let work = assignment(tile.xy);
+    let query_tiles = (params.q_len + BLOCK_Q - 1u) / BLOCK_Q;
+    let work = assignment(tile.xy, query_tiles);
     let slice = work.y;
     let q_start = work.x * BLOCK_Q;
     let neg_inf = minus_infinity();
@@ -281,7 +292,6 @@ fn flash_forward(
     // the causal mask S is T, or SPREAD_TILES where the slice's K and V take more than 4 MiB:
     // the starts are evenly spaced over the slice's tiles, or over its first 4 MiB. With the
     // mask (T grows with x) S is T: the cap measured slower there.
-    let query_tiles = (params.q_len + BLOCK_Q - 1u) / BLOCK_Q;
     let spread = select(min(tiles, SPREAD_TILES), tiles, params.causal == 1u);
     let rotation = select(0u, (work.x * spread) / query_tiles, KEY_ORDER == 1u);
     // ANCHOR_END: rotation
@@ -311,16 +321,18 @@ fn flash_forward(
         // Phase 1. This subgroup's share of S_t = Q K_t^T (the pair's 32 rows, half the keys)
         // into registers; each fragment of K serves both row tiles.
         var s: array<coop_mat16x16<f32, C>, ROW_TILES * HALF_KEY_BLOCKS>;
-        // unroll
-        for (var f = 0u; f < FRAGMENTS; f++) {
+        if RUN_SCORES {
             // unroll
-            for (var kb = 0u; kb < HALF_KEY_BLOCKS; kb++) {
-                let at = K_AT + (my_keys + kb) * 16u * KV_STRIDE + f * 4u;
-                let k_t = coopLoad<coop_mat16x16<f16, B>>(&arena[at], KV_STRIDE);
+            for (var f = 0u; f < FRAGMENTS; f++) {
                 // unroll
-                for (var r = 0u; r < ROW_TILES; r++) {
-                    let i = r * HALF_KEY_BLOCKS + kb;
-                    s[i] = coopMultiplyAdd(q_frag[r * FRAGMENTS + f], k_t, s[i]);
+                for (var kb = 0u; kb < HALF_KEY_BLOCKS; kb++) {
+                    let at = K_AT + (my_keys + kb) * 16u * KV_STRIDE + f * 4u;
+                    let k_t = coopLoad<coop_mat16x16<f16, B>>(&arena[at], KV_STRIDE);
+                    // unroll
+                    for (var r = 0u; r < ROW_TILES; r++) {
+                        let i = r * HALF_KEY_BLOCKS + kb;
+                        s[i] = coopMultiplyAdd(q_frag[r * FRAGMENTS + f], k_t, s[i]);
+                    }
                 }
             }
         }
@@ -329,7 +341,9 @@ fn flash_forward(
         if t > 0u {
             let previous = kv_tile(t - 1u, tiles, rotation);
             let masked_tile = previous + BLOCK_KV > all_see;
-            softmax(previous, masked_tile, row_keys, my_row, part, &m, &l);
+            if RUN_SOFTMAX {
+                softmax(previous, masked_tile, row_keys, my_row, part, &m, &l);
+            }
             if LOAD_AT == 0u {
                 v_now = fetch(false, slice, previous, thread);
             }
@@ -375,30 +389,34 @@ fn flash_forward(
         if LOAD_AT != 0u && t < tiles {
             k_next = fetch(true, slice, kv_tile(t + 1u, tiles, rotation), thread);
         }
-        // unroll
-        for (var r = 0u; r < ROW_TILES; r++) {
-            // unroll
-            for (var kb = 0u; kb < HALF_KEY_BLOCKS; kb++) {
-                let at = (pair_row + 16u * r) * S_STRIDE + (my_keys + kb) * 4u;
-                store_s(s[r * HALF_KEY_BLOCKS + kb], at);
-            }
-        }
-        // unroll
-        for (var kb = 0u; kb < KEY_BLOCKS; kb++) {
-            var p: array<coop_mat16x16<f16, A>, ROW_TILES>;
+        if RUN_STORE_S {
             // unroll
             for (var r = 0u; r < ROW_TILES; r++) {
-                let at = P_AT + (pair_row + 16u * r) * P_STRIDE + kb * 4u;
-                p[r] = coopLoadT<coop_mat16x16<f16, A>>(&arena[at], P_STRIDE);
+                // unroll
+                for (var kb = 0u; kb < HALF_KEY_BLOCKS; kb++) {
+                    let at = (pair_row + 16u * r) * S_STRIDE + (my_keys + kb) * 4u;
+                    store_s(s[r * HALF_KEY_BLOCKS + kb], at);
+                }
             }
+        }
+        if RUN_VALUES {
             // unroll
-            for (var f = 0u; f < HALF_FRAGMENTS; f++) {
-                let at = V_AT + kb * 16u * KV_STRIDE + my_columns + f * 4u;
-                let v_frag = coopLoadT<coop_mat16x16<f16, B>>(&arena[at], KV_STRIDE);
+            for (var kb = 0u; kb < KEY_BLOCKS; kb++) {
+                var p: array<coop_mat16x16<f16, A>, ROW_TILES>;
                 // unroll
                 for (var r = 0u; r < ROW_TILES; r++) {
-                    let i = r * HALF_FRAGMENTS + f;
-                    o_frag[i] = coopMultiplyAdd(p[r], v_frag, o_frag[i]);
+                    let at = P_AT + (pair_row + 16u * r) * P_STRIDE + kb * 4u;
+                    p[r] = coopLoadT<coop_mat16x16<f16, A>>(&arena[at], P_STRIDE);
+                }
+                // unroll
+                for (var f = 0u; f < HALF_FRAGMENTS; f++) {
+                    let at = V_AT + kb * 16u * KV_STRIDE + my_columns + f * 4u;
+                    let v_frag = coopLoadT<coop_mat16x16<f16, B>>(&arena[at], KV_STRIDE);
+                    // unroll
+                    for (var r = 0u; r < ROW_TILES; r++) {
+                        let i = r * HALF_FRAGMENTS + f;
+                        o_frag[i] = coopMultiplyAdd(p[r], v_frag, o_frag[i]);
+                    }
                 }
             }
         }

@@ -141,11 +141,10 @@ fn visible_keys(row: u32) -> u32 {
 // sees the most keys) down, each tile for the G slices one after another: each group, and the
 // dispatch, ends with its shortest workgroups, and the workgroups in flight read only a few
 // slices' K and V.
-fn assignment(id: vec2<u32>) -> vec2<u32> {
+fn assignment(id: vec2<u32>, query_tiles: u32) -> vec2<u32> {
     if QUERY_GROUP == 0u || params.causal == 0u {
         return id;
     }
-    let query_tiles = (params.q_len + BLOCK_Q - 1u) / BLOCK_Q;
     let slices_per_group = max(QUERY_GROUP / query_tiles, 1u);
     let launched = id.y * query_tiles + id.x;
     let first_slice = (launched / (slices_per_group * query_tiles)) * slices_per_group;
@@ -227,7 +226,8 @@ fn flash_forward(
     @builtin(subgroup_id) sg: u32,
     @builtin(subgroup_invocation_id) lane: u32,
 ) {
-    let work = assignment(tile.xy);
+    let query_tiles = (params.q_len + BLOCK_Q - 1u) / BLOCK_Q;
+    let work = assignment(tile.xy, query_tiles);
     let slice = work.y;
     let q_start = work.x * BLOCK_Q;
     let neg_inf = minus_infinity();
@@ -279,7 +279,6 @@ fn flash_forward(
     // the causal mask S is T, or SPREAD_TILES where the slice's K and V take more than 4 MiB:
     // the starts are evenly spaced over the slice's tiles, or over its first 4 MiB. With the
     // mask (T grows with x) S is T: the cap measured slower there.
-    let query_tiles = (params.q_len + BLOCK_Q - 1u) / BLOCK_Q;
     let spread = select(min(tiles, SPREAD_TILES), tiles, params.causal == 1u);
     let rotation = select(0u, (work.x * spread) / query_tiles, KEY_ORDER == 1u);
     var m = neg_inf;                         // the row's max so far (log2 units), lazily kept

@@ -112,6 +112,28 @@ fn every_measurement_variant_compiles() {
 }
 
 #[test]
+fn every_measurement_variant_of_version_10_compiles() {
+    for head_dim in [64, 128] {
+        let tiles = PairTiles::preferred(head_dim)[0];
+        for bits in (0..256).filter(|b| b & !LeaveOut::IN_VERSION_10.0 == 0) {
+            let source = tiles.source_leaving_out(head_dim, LeaveOut(bits)).unwrap();
+            compiles(&format!("v10 at D={head_dim} leaving out {bits:#b}"), &source).unwrap();
+        }
+    }
+}
+
+#[test]
+fn version_10_refuses_parts_it_cannot_leave_out() {
+    let tiles = PairTiles::preferred(128)[0];
+    for part in [LeaveOut::STAGING, LeaveOut::RESCALE, LeaveOut::OUTPUT, LeaveOut::STASH] {
+        let err = tiles.source_leaving_out(128, LeaveOut::SOFTMAX.and(part)).unwrap_err();
+        let message = err.to_string();
+        assert!(message.contains(&format!("{:#b}", part.0)), "{message}");
+        assert!(message.contains("leaves out only"), "{message}");
+    }
+}
+
+#[test]
 fn a_constant_the_shader_lacks_is_an_error() {
     let err = specialise(V5_PIPELINED, &[("NO_SUCH_CONSTANT", 1)]).unwrap_err();
     assert!(err.to_string().contains("NO_SUCH_CONSTANT"), "{err}");

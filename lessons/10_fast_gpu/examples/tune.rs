@@ -24,14 +24,16 @@
 //! cargo run --release -p lesson10 --example tune -- --only v8 --keep-going  # time wrong ones too
 //! cargo run --release -p lesson10 --example tune -- --only "v8 8x1x16 rows, 16 keys;v10"  # ; splits
 //! cargo run --release -p lesson10 --example tune -- --batch 16   # B = 16 (default 4), H = 16
+//! PYTHON=python3 cargo run --release -p lesson10 --example tune -- --only v10 --peer
+//!                                # PyTorch's SDPA backends timed after the kernels, same sizes
 //! cargo run --release -p lesson10 --example tune -- --seqs 4096 --kv-lens 4096,16384 --causal no
 //!                                                          # Nq = 4096 against Nkv = 4096, 16384
 //! ```
 
 use std::sync::Arc;
 
-use bench::Repeats;
-use bench::report::{Cell, Table};
+use bench::report::{Cell, Table, in_workspace};
+use bench::{Peer, PeerProblem, Repeats};
 use gpu::attention::{AttentionBuffers, AttentionKernel, Prepared, attention_on};
 use gpu::kernel::Checks;
 use gpu::{Gpu, GpuTimer};
@@ -193,6 +195,39 @@ fn time(
     Ok(timings.median())
 }
 
+/// PyTorch's SDPA backends (lesson 9's peer script) on the problems of `columns` (Nq = Nkv),
+/// timed now, after the kernels: each backend's TFLOP/s per column. None if it cannot run
+/// (no torch, no CUDA), which is printed.
+fn peer_tflops(
+    columns: &[(usize, usize, bool)],
+    (batch, heads, head_dim): (usize, usize, usize),
+) -> Vec<(String, Vec<Option<f64>>)> {
+    let problems: Vec<PeerProblem> = columns
+        .iter()
+        .map(|&(seq, _, causal)| PeerProblem { batch, heads, seq, head_dim, causal })
+        .collect();
+    let report = in_workspace("lessons/09_gpu_flash/peer/sdpa_gpu.py")
+        .and_then(|script| Peer::new(script).run(&problems).map_err(|e| e.to_string()));
+    let report = match report {
+        Ok(report) => report,
+        Err(e) => {
+            println!("PyTorch peer not run: {e}");
+            return Vec::new();
+        }
+    };
+    println!("PyTorch peer: {}", report.version);
+    let flops = |p: &PeerProblem| {
+        4.0 * (p.batch * p.heads * p.seq * p.seq * p.head_dim) as f64
+            / (1.0 + p.causal as u8 as f64)
+    };
+    let tflops = |backend: &str| {
+        let per_column =
+            problems.iter().map(|p| report.seconds(p, backend).map(|s| flops(p) / s / 1e12));
+        per_column.collect()
+    };
+    report.backends().into_iter().map(|b| (b.to_string(), tflops(b))).collect()
+}
+
 fn main() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let list = |flag: &str, default: Vec<usize>| bench::report::list_arg(&args, flag, default);
@@ -202,6 +237,10 @@ fn main() -> Result<(), String> {
     // Nkv for every Nq in --seqs; without it, Nkv = Nq.
     let kv_lens = list("--kv-lens", Vec::new())?;
     let keep_going = args.iter().any(|a| a == "--keep-going");
+    let with_peer = args.iter().any(|a| a == "--peer");
+    if with_peer && !kv_lens.is_empty() {
+        return Err("--peer with --kv-lens: the PyTorch peer times Nq = Nkv only".into());
+    }
     let batch = match list("--batch", vec![4])?[..] {
         [b] if b > 0 => b,
         ref given => {
@@ -329,6 +368,13 @@ fn main() -> Result<(), String> {
             let mut cells = vec![Cell::Text(name.clone())];
             cells.extend(row.iter().map(|t| Cell::or_missing(*t, 1, "failed")));
             table.push(cells);
+        }
+        if with_peer {
+            for (backend, row) in peer_tflops(&columns, (batch, heads, head_dim)) {
+                let mut cells = vec![Cell::Text(format!("PyTorch {backend}"))];
+                cells.extend(row.iter().map(|t| Cell::or_missing(*t, 1, "failed")));
+                table.push(cells);
+            }
         }
         println!("\n{}", table.to_text());
     }

@@ -194,12 +194,19 @@ pub fn list_arg<T: std::str::FromStr>(
 
 /// The names after `flag` in `args` (an example's `--only`): a kernel's name can hold commas
 /// (`v8 8x1x16 rows, 16 keys, ...`), so a list that holds a semicolon is split at semicolons,
-/// any other at commas. Empty when the flag is absent.
+/// any other at commas; empty names are dropped, so that `"NAME, WITH COMMAS;"` is one name
+/// (an empty name would select every kernel). Empty when the flag is absent; a list of
+/// nothing but separators is an error.
 pub fn names_arg(args: &[String], flag: &str) -> Result<Vec<String>, String> {
     let Some(i) = args.iter().position(|a| a == flag) else { return Ok(Vec::new()) };
     let value = args.get(i + 1).ok_or(format!("{flag} needs a list of names"))?;
     let separator = if value.contains(';') { ';' } else { ',' };
-    Ok(value.split(separator).map(str::to_string).collect())
+    let names: Vec<String> =
+        value.split(separator).filter(|n| !n.is_empty()).map(str::to_string).collect();
+    if names.is_empty() {
+        return Err(format!("{flag} {value:?}: expected one or more names"));
+    }
+    Ok(names)
 }
 
 /// The problems a tuning run times, `(Nq, Nkv, causal)`, masks outermost: every Nq of `seqs`
@@ -337,6 +344,9 @@ mod tests {
         assert_eq!(names_arg(&args("v8,v9"), "--only"), Ok(vec!["v8".into(), "v9".into()]));
         assert_eq!(names_arg(&args("v8"), "--else"), Ok(Vec::new()));
         assert!(names_arg(&["--only".to_string()], "--only").unwrap_err().contains("needs"));
+        let one = "v10 4 pairs, 32 keys;";
+        assert_eq!(names_arg(&args(one), "--only"), Ok(vec!["v10 4 pairs, 32 keys".into()]));
+        assert!(names_arg(&args(";"), "--only").unwrap_err().contains("one or more names"));
     }
 
     #[test]

@@ -19,12 +19,12 @@
 //! cargo run --release -p lesson10 --example tune -- --ablate 4x1x64   # parts left out of these
 //! cargo run --release -p lesson10 --example tune -- --ablate none     # no parts left out
 //! cargo run --release -p lesson10 --example tune -- --ablate v10 --only "v10 4 pairs"
-//!                                          # version 10's chosen tiles with parts left out
+//!                         # version 10's 4-pair shapes, and its chosen tiles with parts left out
 //! cargo run --release -p lesson10 --example tune -- --only v8 --causal no  # no causal column
 //! cargo run --release -p lesson10 --example tune -- --only v8 --keep-going  # time wrong ones too
 //! cargo run --release -p lesson10 --example tune -- --only "v8 8x1x16 rows, 16 keys;v10"  # ; splits
 //! cargo run --release -p lesson10 --example tune -- --batch 16   # B = 16 (default 4), H = 16
-//! PYTHON=python3 cargo run --release -p lesson10 --example tune -- --only v10 --peer
+//! cargo run --release -p lesson10 --example tune -- --only v10 --peer
 //!                                # PyTorch's SDPA backends timed after the kernels, same sizes
 //! cargo run --release -p lesson10 --example tune -- --seqs 4096 --kv-lens 4096,16384 --causal no
 //!                                                          # Nq = 4096 against Nkv = 4096, 16384
@@ -142,8 +142,10 @@ fn candidates(device: &wgpu::Device, head_dim: usize, ablate: Ablate) -> Vec<Can
     all
 }
 
-/// Version 10's chosen tiles with each part [`LeaveOut::IN_VERSION_10`] offers left out, and
-/// with everything but the products left out; none if version 10 does not fit `device`.
+/// Version 10's chosen tiles with each part [`LeaveOut::IN_VERSION_10`] offers left out, two
+/// pairs of them, and the softmax, the store of S and the loads together (what is left: the
+/// products, the barriers, the fragments read from workgroup memory and the staging stores);
+/// none if version 10 does not fit `device`.
 fn pairs_left_out(device: &wgpu::Device, head_dim: usize) -> Vec<Candidate> {
     let Ok(tiles) = PairTiles::for_device(device, head_dim.next_multiple_of(32)) else {
         return Vec::new();
@@ -196,8 +198,8 @@ fn time(
 }
 
 /// PyTorch's SDPA backends (lesson 9's peer script) on the problems of `columns` (Nq = Nkv),
-/// timed now, after the kernels: each backend's TFLOP/s per column. None if it cannot run
-/// (no torch, no CUDA), which is printed.
+/// timed now, after the kernels: each backend's TFLOP/s per column. Empty if the peer cannot
+/// run (no torch, no CUDA), which is printed.
 fn peer_tflops(
     columns: &[(usize, usize, bool)],
     (batch, heads, head_dim): (usize, usize, usize),

@@ -1071,8 +1071,9 @@ impl PairTiles {
         let unknown = leave_out.0 & !LeaveOut::IN_VERSION_10.0;
         if unknown != 0 {
             return Err(GpuError::KernelMisuse(format!(
-                "v10 pairs: cannot leave out parts {unknown:#b}; it leaves out only the \
-                 softmax (1), QK^T (2), PV (4), the store of S (8) and the K/V loads (128)"
+                "v10 pairs: cannot leave out the parts of bits {unknown}; it can leave out \
+                 only the softmax (1), QK^T (2), PV (4), the store of S (8) and the K/V loads \
+                 (128)"
             ))
             .into());
         }

@@ -195,8 +195,8 @@ pub fn list_arg<T: std::str::FromStr>(
 /// The names after `flag` in `args` (an example's `--only`): a kernel's name can hold commas
 /// (`v8 8x1x16 rows, 16 keys, ...`), so a list that holds a semicolon is split at semicolons,
 /// any other at commas; empty names are dropped, so that `"NAME, WITH COMMAS;"` is one name
-/// (an empty name would select every kernel). Empty when the flag is absent; a list of
-/// nothing but separators is an error.
+/// (an empty name would select every kernel). Empty when the flag is absent; no names (an
+/// empty value, or only separators) is an error.
 pub fn names_arg(args: &[String], flag: &str) -> Result<Vec<String>, String> {
     let Some(i) = args.iter().position(|a| a == flag) else { return Ok(Vec::new()) };
     let value = args.get(i + 1).ok_or(format!("{flag} needs a list of names"))?;

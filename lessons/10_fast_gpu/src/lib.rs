@@ -464,7 +464,8 @@ impl LeaveOut {
     pub const SCORES: Self = Self(2);
     /// No `O += P V`.
     pub const VALUES: Self = Self(4);
-    /// S is not stored to workgroup memory.
+    /// S is not stored to workgroup memory (the store stays behind a condition that never
+    /// holds, so that the compiler keeps `S = Q K^T`, which nothing else reads).
     pub const STORE_S: Self = Self(8);
     /// No K or V read from global memory or staged in workgroup memory.
     pub const STAGING: Self = Self(16);
@@ -1071,9 +1072,10 @@ impl PairTiles {
         let unknown = leave_out.0 & !LeaveOut::IN_VERSION_10.0;
         if unknown != 0 {
             return Err(GpuError::KernelMisuse(format!(
-                "v10 pairs: cannot leave out the parts of bits {unknown}; it can leave out \
-                 only the softmax (1), QK^T (2), PV (4), the store of S (8) and the K/V loads \
-                 (128)"
+                "v10 pairs: LEAVE_OUT {} asks for parts it cannot leave out (bits {unknown:#b}); \
+                 it can leave out only the softmax (1), QK^T (2), PV (4), the store of S (8) \
+                 and the K/V loads (128)",
+                leave_out.0
             ))
             .into());
         }

@@ -128,7 +128,7 @@ fn version_10_refuses_parts_it_cannot_leave_out() {
     for part in [LeaveOut::STAGING, LeaveOut::RESCALE, LeaveOut::OUTPUT, LeaveOut::STASH] {
         let err = tiles.source_leaving_out(128, LeaveOut::SOFTMAX.and(part)).unwrap_err();
         let message = err.to_string();
-        assert!(message.contains(&format!("bits {}", part.0)), "{message}");
+        assert!(message.contains(&format!("bits {:#b}", part.0)), "{message}");
         assert!(message.contains("can leave out only"), "{message}");
     }
 }

@@ -197,13 +197,24 @@ fn time(
     Ok(timings.median())
 }
 
+/// FLOPs of one column's problem, `(Nq, Nkv, causal)`: `4 B H Nq Nkv D`, half with the mask
+/// (the count every table of the course uses).
+fn column_flops(
+    (batch, heads, head_dim): (usize, usize, usize),
+    column: (usize, usize, bool),
+) -> f64 {
+    let (n, kv, causal) = column;
+    4.0 * (batch * heads * n * kv * head_dim) as f64 / (1.0 + causal as u8 as f64)
+}
+
 /// PyTorch's SDPA backends (lesson 9's peer script) on the problems of `columns` (Nq = Nkv),
 /// timed now, after the kernels: each backend's TFLOP/s per column. Empty if the peer cannot
 /// run (no torch, no CUDA), which is printed.
 fn peer_tflops(
     columns: &[(usize, usize, bool)],
-    (batch, heads, head_dim): (usize, usize, usize),
+    sizes: (usize, usize, usize),
 ) -> Vec<(String, Vec<Option<f64>>)> {
+    let (batch, heads, head_dim) = sizes;
     let problems: Vec<PeerProblem> = columns
         .iter()
         .map(|&(seq, _, causal)| PeerProblem { batch, heads, seq, head_dim, causal })
@@ -218,13 +229,10 @@ fn peer_tflops(
         }
     };
     println!("PyTorch peer: {}", report.version);
-    let flops = |p: &PeerProblem| {
-        4.0 * (p.batch * p.heads * p.seq * p.seq * p.head_dim) as f64
-            / (1.0 + p.causal as u8 as f64)
-    };
     let tflops = |backend: &str| {
-        let per_column =
-            problems.iter().map(|p| report.seconds(p, backend).map(|s| flops(p) / s / 1e12));
+        let per_column = problems.iter().zip(columns).map(|(p, &column)| {
+            report.seconds(p, backend).map(|s| column_flops(sizes, column) / s / 1e12)
+        });
         per_column.collect()
     };
     report.backends().into_iter().map(|b| (b.to_string(), tflops(b))).collect()
@@ -336,8 +344,7 @@ fn main() -> Result<(), String> {
             // The inputs as each kernel reads them (f16 or f32, rows padded to 16 or 4), uploaded
             // once per format.
             let mut uploads: Vec<((Storage, usize), AttentionBuffers)> = Vec::new();
-            let flops =
-                4.0 * (batch * heads * n * kv * head_dim) as f64 / (1.0 + causal as u8 as f64);
+            let flops = column_flops((batch, heads, head_dim), (n, kv, causal));
             for ((name, kernel, tolerance), row) in built.iter().zip(&mut tflops) {
                 let format = (kernel.storage(), kernel.row_alignment());
                 if !uploads.iter().any(|(f, _)| *f == format) {

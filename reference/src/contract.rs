@@ -40,7 +40,6 @@ use ndarray::{Array3, Array4, ArrayBase, Data, Dimension, IntoDimension};
 
 use crate::error::AttentionError;
 use crate::error::NonFiniteValue;
-use crate::oracle::Gradients;
 
 /// Options shared by every forward implementation.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -318,6 +317,17 @@ impl AttentionOutput<f32> {
     pub fn bytes(&self) -> usize {
         (self.o.len() + self.lse.len()) * size_of::<f32>()
     }
+}
+
+/// What a backward pass returns: the gradients of a scalar loss with respect to Q, K and V, given `dO = dLoss/dO`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gradients<T> {
+    /// `dQ [B, H, Nq, D]`
+    pub dq: Array4<T>,
+    /// `dK [B, H, Nkv, D]`
+    pub dk: Array4<T>,
+    /// `dV [B, H, Nkv, D]`
+    pub dv: Array4<T>,
 }
 
 // ANCHOR: forward_trait

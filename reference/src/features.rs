@@ -27,10 +27,11 @@ use std::ops::Range;
 
 use ndarray::{Array2, Array3, Array4, Axis, s};
 
+use crate::Gradients;
 use crate::contract::{
     LARGEST_LOGIT, check_finite, check_inputs, check_lse_shape, check_same_shape,
 };
-use crate::oracle::{Expected, ExpectedGradients, Gradients};
+use crate::oracle::{Expected, ExpectedGradients};
 use crate::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
 
 /// A sliding window, FlashAttention-2's `window_size = (left, right)`: row `i` sees keys

@@ -32,12 +32,12 @@ pub use compare::{
     Comparison, Tolerance, assert_close, check_agreement, check_gradients, check_output, compare,
 };
 pub use contract::{
-    AttentionOptions, AttentionOutput, AttentionShape, Backward, CheckedInputs, Forward,
+    AttentionOptions, AttentionOutput, AttentionShape, Backward, CheckedInputs, Forward, Gradients,
     check_finite, check_inputs, check_logsumexp, check_lse_shape, check_same_shape,
 };
 pub use error::{AttentionError, DeviceError, NonFiniteValue};
 pub use features::{Dropout, Feature, Features, Window};
 pub use grouped::HeadGroups;
-pub use oracle::{Expected, ExpectedGradients, Gradients};
+pub use oracle::{Expected, ExpectedGradients};
 pub use problem::{Problem, ProblemSpec};
 pub use version::{About, BackwardVersion, ForwardVersion, Kind, Storage};

@@ -12,7 +12,7 @@ use std::ops::Range;
 use ndarray::{Array2, Array3, Array4, ArrayView2, Axis, Zip, s};
 
 use crate::contract::{check_finite, check_inputs};
-use crate::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
+use crate::{AttentionError, AttentionOptions, AttentionOutput, AttentionShape, Gradients};
 
 // ANCHOR: oracle
 /// Attention in f64 for f32 inputs `q [B,H,Nq,D]`, `k [B,H,Nkv,D]`, `v [B,H,Nkv,D]`.
@@ -80,17 +80,6 @@ pub fn row_max_scores(
         }
     }
     Ok(maxima)
-}
-
-/// The gradients of a scalar loss with respect to Q, K and V, given `dO = dLoss/dO`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Gradients<T> {
-    /// `dQ [B, H, Nq, D]`
-    pub dq: Array4<T>,
-    /// `dK [B, H, Nkv, D]`
-    pub dk: Array4<T>,
-    /// `dV [B, H, Nkv, D]`
-    pub dv: Array4<T>,
 }
 
 // ANCHOR: backward

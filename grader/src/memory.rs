@@ -23,8 +23,8 @@ pub fn allowed_growth() -> usize {
 }
 
 /// Peak heap bytes while `run` runs, beyond the bytes of its result (`output_bytes`): the
-/// smallest of three runs. Another thread's allocations could raise a peak (its frees could
-/// lower one, which can only make the check easier to pass, never fail a correct program).
+/// smallest of three runs, so that what a first call makes once (a thread-local cache, say) is
+/// not taken for working memory. Only the calling thread is counted (`reference::memory`).
 pub fn working_bytes<R>(
     run: impl Fn() -> Result<R, String>,
     output_bytes: impl Fn(&R) -> usize,

@@ -8,23 +8,58 @@
 //! ```
 //!
 //! and then [`peak_bytes_during`] reports the largest number of heap bytes that were live at
-//! once while a closure ran, above what was live when it started. The counters are global, so
-//! measure in a process (or test binary) where nothing else allocates at the same time.
+//! once while a closure ran, above what was live when it started.
+//!
+//! Only the threads that do the measured work are counted: the thread that calls
+//! [`peak_bytes_during`], while the closure runs, and the threads that said so with
+//! [`count_this_thread`] (the workers of a thread pool that a measured call runs on). Another
+//! thread of the same process allocating at the same moment (a test harness's own thread, a
+//! second test) changes nothing, so a measurement never depends on what else happens to run.
+//! Measurements take turns: one that starts while another runs waits for it to end.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::cell::Cell;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering::Relaxed};
 
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
+/// Heap bytes live in the counted threads: allocated by one of them and not yet freed by one
+/// of them. Signed, because a counted thread may free what an uncounted one allocated.
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+static PEAK: AtomicIsize = AtomicIsize::new(0);
 static INSTALLED: AtomicBool = AtomicBool::new(false);
+/// Held for the whole of a measurement: the counters serve one at a time.
+static MEASURING: Mutex<()> = Mutex::new(());
+
+thread_local! {
+    /// Whether this thread's allocations are counted. A `const` thread-local without a
+    /// destructor: the allocator can read it at any time, even while the thread exits.
+    static COUNTED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Makes the calling thread's allocations count in every measurement from now on: call it at
+/// the start of each worker thread that measured work runs on, for example in rayon's
+/// `ThreadPoolBuilder::start_handler`. (The thread that calls [`peak_bytes_during`] is counted
+/// while it measures without this.)
+pub fn count_this_thread() {
+    COUNTED.set(true);
+}
 
 /// The system allocator, plus counters of live and peak heap bytes.
 pub struct CountingAllocator;
 
 impl CountingAllocator {
     fn grew(size: usize) {
-        let live = LIVE.fetch_add(size, Relaxed) + size;
-        PEAK.fetch_max(live, Relaxed);
+        if COUNTED.get() {
+            let size = size as isize;
+            let live = LIVE.fetch_add(size, Relaxed) + size;
+            PEAK.fetch_max(live, Relaxed);
+        }
+    }
+
+    fn shrank(size: usize) {
+        if COUNTED.get() {
+            LIVE.fetch_sub(size as isize, Relaxed);
+        }
     }
 }
 
@@ -53,14 +88,14 @@ unsafe impl GlobalAlloc for CountingAllocator {
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: `ptr` came from `System` with this layout.
         unsafe { System.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size(), Relaxed);
+        Self::shrank(layout.size());
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: `ptr` came from `System` with this layout.
         let new = unsafe { System.realloc(ptr, layout, new_size) };
         if !new.is_null() {
-            LIVE.fetch_sub(layout.size(), Relaxed);
+            Self::shrank(layout.size());
             Self::grew(new_size);
         }
         new
@@ -85,16 +120,23 @@ impl std::fmt::Display for NotInstalled {
 impl std::error::Error for NotInstalled {}
 
 /// Runs `f` and returns its result with the peak heap bytes allocated above the starting level
-/// while it ran (its result included, if the result lives on the heap).
+/// while it ran (its result included, if the result lives on the heap), counting the calling
+/// thread and the threads marked with [`count_this_thread`], never any other.
 pub fn peak_bytes_during<R>(f: impl FnOnce() -> R) -> Result<(R, usize), NotInstalled> {
     drop(std::hint::black_box(Box::new(0u8))); // any allocation marks the allocator installed
     if !INSTALLED.load(Relaxed) {
         return Err(NotInstalled);
     }
+    // A measurement that panicked released the lock as it unwound; its counters are reset
+    // below, so the poison can be ignored.
+    let _turn = MEASURING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let counted_before = COUNTED.replace(true);
     let baseline = LIVE.load(Relaxed);
     PEAK.store(baseline, Relaxed);
     let result = f();
-    Ok((result, PEAK.load(Relaxed).saturating_sub(baseline)))
+    let peak = PEAK.load(Relaxed);
+    COUNTED.set(counted_before);
+    Ok((result, usize::try_from(peak - baseline).unwrap_or(0)))
 }
 
 #[cfg(test)]

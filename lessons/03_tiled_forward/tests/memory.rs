@@ -1,8 +1,5 @@
 //! Working memory, measured with a counting allocator: lesson 01 holds `S` and `P`, which grow
 //! as N², while lesson 03 holds one tile pair, which does not grow with N at all.
-//!
-//! This file is its own test binary with a single test: the allocator's counters are global,
-//! and a second test running on another thread would add its allocations to the peak.
 
 use lesson03::TileSizes;
 use reference::memory::{CountingAllocator, peak_bytes_during};

@@ -1,5 +1,4 @@
 //! The backward pass's working memory grows as N (the vector D), never as N².
-//! One test in this binary: the counting allocator's counters are global.
 
 use lesson03::TileSizes;
 use reference::memory::{CountingAllocator, peak_bytes_during};

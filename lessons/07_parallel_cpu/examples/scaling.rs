@@ -14,7 +14,7 @@
 use bench::plot::Scale::{Log2, Log10};
 use bench::report::{in_workspace, log_log_slope};
 use bench::{Figures, Machine, Measurements, Peer, PeerProblem, Plot, Repeats, Timings};
-use reference::memory::{CountingAllocator, peak_bytes_during};
+use reference::memory::{CountingAllocator, count_this_thread, peak_bytes_during};
 use reference::{ForwardVersion, Problem, ProblemSpec};
 
 #[global_allocator]
@@ -116,6 +116,9 @@ fn against_batch(parallel: &ForwardVersion, peer: Option<&Peer>, out: &Figures) 
 }
 
 fn main() -> Res {
+    // Lesson 07's work runs on rayon's workers: their allocations count in its memory too.
+    let counted = rayon::ThreadPoolBuilder::new().start_handler(|_| count_this_thread());
+    counted.build_global().map_err(|e| e.to_string())?;
     let figures = Figures::from_args(&std::env::args().skip(1).collect::<Vec<_>>())?;
     let threads = rayon::current_num_threads();
     println!("{}; fp32, H = {HEADS}, D = {HEAD_DIM}, not causal", Machine::this().describe());

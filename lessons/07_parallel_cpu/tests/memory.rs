@@ -1,6 +1,5 @@
 //! The parallel forward needs one tile's buffers per running task: its working memory does not
 //! grow with N, and it never holds a second copy of the output.
-//! One test in this binary: the counting allocator's counters are global.
 
 use reference::memory::{CountingAllocator, peak_bytes_during};
 use reference::{Problem, ProblemSpec};

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-use reference::memory::CountingAllocator;
+use reference::memory::{CountingAllocator, count_this_thread};
 use reference::{AttentionOutput, Problem, ProblemSpec, oracle};
 use tour::{
     backward_table, decode_measurements, format_bytes, format_duration, gpu_stages, measure,
@@ -21,6 +21,10 @@ Runs every stage of the course on one random problem (default B=1 H=8 N=2048 D=6
 checks each against the f64 oracle and prints relative and max errors, time and peak memory.";
 
 fn main() -> ExitCode {
+    // The parallel stages run on rayon's workers: their allocations count in the working
+    // memory too (the counting allocator counts only the threads that do measured work).
+    let counted = rayon::ThreadPoolBuilder::new().start_handler(|_| count_this_thread());
+    counted.build_global().expect("the tour builds rayon's pool before anything uses it");
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (spec, seed) = match parse_args(&args) {
         Ok(Some(parsed)) => parsed,

@@ -11,6 +11,8 @@
 //! - [`attention`]: the buffers every attention kernel reads and writes (Q, K, V, O, L and a
 //!   small uniform of sizes) and [`attention::attention_on`], which runs any kernel that
 //!   implements [`attention::AttentionKernel`] on a given device and queue.
+//! - [`wgsl`]: text tools for shaders specialised on the host ([`wgsl::specialise`] sets their
+//!   constants, [`wgsl::unroll`] unrolls the loops over them).
 //! - [`uniformity`]: a static check that every barrier of a WGSL shader is reached by every
 //!   invocation of its workgroup (naga does not check it; a GPU may hang or race).
 //!
@@ -27,6 +29,7 @@ mod error;
 pub mod kernel;
 mod timer;
 pub mod uniformity;
+pub mod wgsl;
 
 pub use context::{ADAPTER_VAR, Gpu, SKIP_TESTS_VAR, for_tests, has_tensor_cores};
 pub use error::GpuError;

@@ -9,18 +9,18 @@
 //! }
 //! ```
 //!
-//! where `FRAGMENTS` is a `u32` constant of the shader (after [`crate::specialise`] has set
+//! where `FRAGMENTS` is a `u32` constant of the shader (after [`super::specialise`] has set
 //! the host's values), becomes `FRAGMENTS` blocks `{ let f = 0u; BODY }`, `{ let f = 1u; BODY }`,
 //! ... . Nested marked loops are unrolled too. The body must run straight through (no
 //! `break`, `continue` or block comments). Every index into an array of cooperative matrices
 //! is then a constant expression, which is what keeps such an array in registers: measured
-//! on an H100 (2026-11-25, examples/shader_stats.rs), the driver kept the fragment arrays of
+//! on an H100 (2026-11-25, lesson 10's shader statistics), the driver kept the fragment arrays of
 //! versions 4 and 5 in local memory (128 to 1024 bytes per thread, their size) although it
 //! kept those of a small microbenchmark in registers; version 6, unrolled, has none.
 
 use std::collections::HashMap;
 
-use gpu::GpuError;
+use crate::GpuError;
 use reference::AttentionError;
 
 const MARKER: &str = "// unroll";

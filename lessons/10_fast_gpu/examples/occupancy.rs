@@ -23,7 +23,7 @@ const SPIN: usize = 100_000;
 /// the same moment.
 fn resident(gpu: &Gpu, threads: usize, bytes: usize) -> Result<u32, String> {
     let constants = [("THREADS", threads), ("WORKGROUP_VEC4S", bytes / 16), ("SPIN", SPIN)];
-    let source = lesson10::specialise(SOURCE, &constants).map_err(|e| e.to_string())?;
+    let source = gpu::wgsl::specialise(SOURCE, &constants).map_err(|e| e.to_string())?;
     let device = &gpu.device;
     let pipeline = compile_with_checks(device, "occupancy.wgsl", &source, "main", &[], Checks::Off)
         .map_err(|e| e.to_string())?;

@@ -28,7 +28,7 @@ fn seconds(gpu: &Gpu, timer: &GpuTimer, mode: u32, products: u32) -> Result<f64,
         ("ITERATIONS", ITERATIONS as usize),
         ("SUBGROUPS", SUBGROUPS as usize),
     ];
-    let source = lesson10::specialise(SOURCE, &constants).map_err(|e| e.to_string())?;
+    let source = gpu::wgsl::specialise(SOURCE, &constants).map_err(|e| e.to_string())?;
     let device = &gpu.device;
     let pipeline =
         compile_with_checks(device, "primitives.wgsl", &source, "main", &[], Checks::Off)

@@ -364,7 +364,7 @@ fn main() -> Result<(), String> {
     println!("\nprimitives.wgsl");
     for (mode, products) in [(0, 4), (1, 2), (4, 4), (5, 4)] {
         let constants = [("MODE", mode), ("PRODUCTS", products)];
-        let source = lesson10::specialise(include_str!("primitives.wgsl"), &constants)
+        let source = gpu::wgsl::specialise(include_str!("primitives.wgsl"), &constants)
             .map_err(|e| e.to_string())?;
         let words =
             gpu::kernel::spirv(&source, "main", &[], Checks::Off).map_err(|e| e.to_string())?;

@@ -14,7 +14,7 @@
 //! | 3 | `v2_tensor_cores.wgsl` | the same shader without wgpu's run-time bounds checks |
 //! | 4 | `v4_specialised.wgsl` | constants instead of overrides, 32 rows per subgroup, prefetch |
 //! | 5 | `v5_pipelined.wgsl` | software pipelining: products of one tile beside the softmax of the next, two barriers per tile |
-//! | 6 | `v6_registers.wgsl` | loops over fragments unrolled by the host ([`unroll`]): every fragment in registers |
+//! | 6 | `v6_registers.wgsl` | loops over fragments unrolled by the host ([`gpu::wgsl::unroll`]): every fragment in registers |
 //! | 7 | `v7_f32_registers.wgsl` | version 1 (f32) with version 6's constants and unrolling, subgroup shuffles, prefetch |
 //! | 8 | `v8_arena.wgsl` | version 6 with K, V and P in one f16 arena: 8 subgroups of 16 rows fit; K and V read where staged |
 //! | 9 | `v9_overlap.wgsl` | version 8 with the next tile's scores computed in the phase of this tile's softmax |
@@ -25,15 +25,12 @@
 //! the registry and the benchmark treat them all alike.
 
 pub mod features;
-mod unroll;
-
-pub use unroll::unroll;
-
 use gpu::GpuError;
 use gpu::attention::{AttentionBuffers, AttentionKernel, Built, KernelVersion, boxed};
 use gpu::kernel::{
     Checks, Dispatch, bind, check_loop_iterations, compile, compile_with_checks, workgroup_count,
 };
+use gpu::wgsl::{specialise, unroll};
 use ndarray::Array4;
 use reference::{
     About, AttentionError, AttentionOptions, AttentionOutput, AttentionShape, Kind, Storage,
@@ -46,25 +43,25 @@ pub const V1_REGISTER_TILES: &str = include_str!("v1_register_tiles.wgsl");
 /// Version 2's WGSL source.
 pub const V2_TENSOR_CORES: &str = include_str!("v2_tensor_cores.wgsl");
 
-/// Version 4's WGSL source (its constants set by [`specialise`]).
+/// Version 4's WGSL source (its constants set by [`gpu::wgsl::specialise`]).
 pub const V4_SPECIALISED: &str = include_str!("v4_specialised.wgsl");
 
-/// Version 5's WGSL source (its constants set by [`specialise`]).
+/// Version 5's WGSL source (its constants set by [`gpu::wgsl::specialise`]).
 pub const V5_PIPELINED: &str = include_str!("v5_pipelined.wgsl");
 
-/// Version 6's WGSL source (its constants set by [`specialise`]).
+/// Version 6's WGSL source (its constants set by [`gpu::wgsl::specialise`]).
 pub const V6_REGISTERS: &str = include_str!("v6_registers.wgsl");
 
-/// Version 7's WGSL source (its constants set by [`specialise`]).
+/// Version 7's WGSL source (its constants set by [`gpu::wgsl::specialise`]).
 pub const V7_F32_REGISTERS: &str = include_str!("v7_f32_registers.wgsl");
 
-/// Version 8's WGSL source (its constants set by [`specialise`]).
+/// Version 8's WGSL source (its constants set by [`gpu::wgsl::specialise`]).
 pub const V8_ARENA: &str = include_str!("v8_arena.wgsl");
 
-/// Version 9's WGSL source (its constants set by [`specialise`]; version 8's tiles).
+/// Version 9's WGSL source (its constants set by [`gpu::wgsl::specialise`]; version 8's tiles).
 pub const V9_OVERLAP: &str = include_str!("v9_overlap.wgsl");
 
-/// Version 10's WGSL source (its constants set by [`specialise`]).
+/// Version 10's WGSL source (its constants set by [`gpu::wgsl::specialise`]).
 pub const V10_PAIRS: &str = include_str!("v10_pairs.wgsl");
 
 /// Version 11's WGSL: f32 inputs, each split into two f16s for the tensor cores.
@@ -277,7 +274,7 @@ impl F32Tiles {
     }
 
     /// Version 7's source for these tiles at `head_dim`: its constants set, its marked loops
-    /// unrolled ([`unroll`]).
+    /// unrolled ([`gpu::wgsl::unroll`]).
     pub fn source(&self, head_dim: usize) -> Result<String, AttentionError> {
         self.source_from(V7_F32_REGISTERS, head_dim)
     }
@@ -425,7 +422,7 @@ impl SpecialisedTiles {
         all
     }
 
-    /// The constants [`specialise`] writes into version 4's source.
+    /// The constants [`gpu::wgsl::specialise`] writes into version 4's source.
     pub fn constants(&self, head_dim: usize) -> [(&'static str, usize); 5] {
         [
             ("HEAD_DIM", head_dim),
@@ -614,7 +611,7 @@ impl PipelinedTiles {
     }
 
     /// Version 6's source for these tiles at `head_dim`: its constants set, its marked loops
-    /// unrolled ([`unroll`]).
+    /// unrolled ([`gpu::wgsl::unroll`]).
     pub fn source_in_registers(
         &self,
         head_dim: usize,
@@ -623,7 +620,7 @@ impl PipelinedTiles {
         unroll(&specialise(V6_REGISTERS, &self.constants_in_registers(head_dim, leave_out))?)
     }
 
-    /// The constants [`specialise`] writes into version 6's source.
+    /// The constants [`gpu::wgsl::specialise`] writes into version 6's source.
     pub fn constants_in_registers(
         &self,
         head_dim: usize,
@@ -644,7 +641,7 @@ impl PipelinedTiles {
         check_subgroup_tiles(version, self, (subgroups, row_tiles, block_kv), head_dim)
     }
 
-    /// The constants [`specialise`] writes into version 5's source.
+    /// The constants [`gpu::wgsl::specialise`] writes into version 5's source.
     pub fn constants(&self, head_dim: usize, leave_out: LeaveOut) -> [(&'static str, usize); 6] {
         [
             ("HEAD_DIM", head_dim),
@@ -878,7 +875,7 @@ impl ArenaTiles {
     }
 
     /// Version 8's source for these tiles at `head_dim`: its constants set, its marked loops
-    /// unrolled ([`unroll`]).
+    /// unrolled ([`gpu::wgsl::unroll`]).
     pub fn source(&self, head_dim: usize) -> Result<String, AttentionError> {
         self.source_from(V8_ARENA, head_dim)
     }
@@ -1057,7 +1054,7 @@ impl PairTiles {
     }
 
     /// Version 10's source for these tiles at `head_dim`: its constants set, its marked loops
-    /// unrolled ([`unroll`]).
+    /// unrolled ([`gpu::wgsl::unroll`]).
     pub fn source(&self, head_dim: usize) -> Result<String, AttentionError> {
         self.source_leaving_out(head_dim, LeaveOut::NOTHING)
     }
@@ -1190,7 +1187,7 @@ impl SplitTiles {
     }
 
     /// Version 11's source for these tiles at `head_dim`: its constants set, its marked loops
-    /// unrolled ([`unroll`]).
+    /// unrolled ([`gpu::wgsl::unroll`]).
     pub fn source(&self, head_dim: usize) -> Result<String, AttentionError> {
         let constants =
             [("HEAD_DIM", head_dim), ("BLOCK_KV", self.block_kv), ("SUBGROUPS", self.subgroups)];
@@ -1258,23 +1255,6 @@ pub fn selected_by(name: &str, prefix: &str) -> bool {
 /// ([`selected_by`]).
 pub fn selected_by_any(name: &str, prefixes: &[String]) -> bool {
     prefixes.is_empty() || prefixes.iter().any(|prefix| selected_by(name, prefix))
-}
-
-/// `source` with each `const NAME: u32 = ...;` of `constants` given its value. A constant,
-/// unlike a pipeline-overridable one, can size an array of cooperative matrices, and loops over
-/// it have trip counts known when the shader is compiled (which [`unroll`] relies on).
-pub fn specialise(source: &str, constants: &[(&str, usize)]) -> Result<String, AttentionError> {
-    let mut text = source.to_string();
-    for &(name, value) in constants {
-        let declaration = format!("const {name}: u32 = ");
-        let start = text.find(&declaration).ok_or_else(|| {
-            GpuError::KernelMisuse(format!("the shader declares no `{declaration}...;`"))
-        })?;
-        let value_start = start + declaration.len();
-        let end = value_start + text[value_start..].find(';').expect("a declaration ends");
-        text.replace_range(value_start..end, &format!("{value}u"));
-    }
-    Ok(text)
 }
 
 /// The tiles a kernel was compiled for.

@@ -11,7 +11,7 @@
 //
 // Writing the kernel as one function, with no pointer to those arrays, did not change the
 // statistics (measured). What did: the host unrolls every loop marked `// unroll` before the
-// driver sees the source (`lesson10::unroll`), so every index into a fragment array is a
+// driver sees the source (`gpu::wgsl::unroll`), so every index into a fragment array is a
 // constant. Local memory drops to 0, the products alone run at 420 TFLOP/s instead of < 80,
 // and the whole kernel 1.7 times as fast as version 5 (the chapter's tables).
 //

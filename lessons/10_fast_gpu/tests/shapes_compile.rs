@@ -4,9 +4,10 @@
 //! only fail on a lent GPU with tensor cores fails here, in CI, first.
 
 use gpu::kernel::{Checks, spirv, workgroup_memory_bytes};
+use gpu::wgsl::specialise;
 use lesson10::{
     ArenaTiles, F32Tiles, LeaveOut, LoadAt, PairTiles, PipelinedTiles, QueryOrder,
-    SpecialisedTiles, SplitTiles, V4_SPECIALISED, V5_PIPELINED, V8_ARENA, V9_OVERLAP, specialise,
+    SpecialisedTiles, SplitTiles, V4_SPECIALISED, V5_PIPELINED, V8_ARENA, V9_OVERLAP,
 };
 
 fn compiles(label: &str, source: &str) -> Result<(), String> {

@@ -34,8 +34,8 @@ struct DecodeParams {
     _unused: u32,
 }
 
-// Set by the host for each call (`lesson10::specialise`), then the loops marked `// unroll`
-// are unrolled (`lesson10::unroll`): every index into the arrays of a thread (m, l, acc, ...)
+// Set by the host for each call (`gpu::wgsl::specialise`), then the loops marked `// unroll`
+// are unrolled (`gpu::wgsl::unroll`): every index into the arrays of a thread (m, l, acc, ...)
 // is then a constant, which keeps them in registers. Left as loops, the driver kept them in
 // local memory and the kernel read the cache at 3 to 11% of the copy bandwidth (measured on
 // an H100, 2026-11-25).

@@ -658,7 +658,7 @@ pub fn kernel_source_of(
         ("KEY_STEPS", kernel.key_steps),
         ("PV_STEPS", kernel.pv_steps),
     ];
-    lesson10::unroll(&lesson10::specialise(shader, &constants)?)
+    gpu::wgsl::unroll(&gpu::wgsl::specialise(shader, &constants)?)
 }
 
 /// Whether `kernel` fits the shader and the device: [`KernelShape::check`], and workgroup

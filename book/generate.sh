@@ -160,10 +160,10 @@ if $timings; then
     stamp kernels
     # Every stage's worst error as a fraction of the error model (the numbers behind its safety
     # factor), on this machine's GPU or lavapipe.
-    show error_model "cargo run --release -p tour --example error_model" cargo run --release -p tour --example error_model
+    show error_model "cargo run --release -p lab --bin error_model" cargo run --release -p lab --bin error_model
     stamp error_model
     # Differences in the last bits of f32 sums, which depend on the CPU's vector instructions.
-    show lesson12_consistency "cargo run --release -p lesson12 --example consistency" cargo run --release -p lesson12 --example consistency
+    show lesson12_consistency "cargo run --release -p lab --bin consistency" cargo run --release -p lab --bin consistency
     stamp lesson12_consistency
     show lesson12_precision "cargo run --release -p lesson12 --example precision" cargo run --release -p lesson12 --example precision
     stamp lesson12_precision
@@ -185,6 +185,6 @@ fi
 # (`--out $OUT` for the figures), PyTorch on the same machine for the peer; each file's first
 # line is the command, its last the device and date.
 # generated/gpu_benchmark.txt needs a real GPU (it was measured on an NVIDIA H200):
-#   (echo '$ PYTHON=python3 cargo run --release -p lesson09 --example benchmark';
-#    PYTHON=python3 cargo run --release -p lesson09 --example benchmark) > book/src/generated/gpu_benchmark.txt
+#   (echo '$ PYTHON=python3 cargo run --release -p lab --bin gpu_benchmark';
+#    PYTHON=python3 cargo run --release -p lab --bin gpu_benchmark) > book/src/generated/gpu_benchmark.txt
 exit $stale

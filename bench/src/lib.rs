@@ -77,13 +77,13 @@ pub fn validate_rows(
 
 #[cfg(test)]
 mod tests {
-    use reference::{About, AttentionOutput, Kind};
+    use reference::{About, AttentionOutput, Device};
 
     use super::*;
 
     #[test]
     fn a_wrong_version_is_not_validated() {
-        let about = About::f32("zeros", "none", Kind::CpuForward, "returns O = 0");
+        let about = About::forward("zeros", "none", Device::Cpu, "returns O = 0");
         let zeros = ForwardVersion::new(about, |q: &_, k: &_, v: &_, o: &_| {
             let shape = reference::check_inputs(q, k, v, o)?.shape;
             let mut out = AttentionOutput::empty(&shape);
@@ -108,7 +108,7 @@ mod tests {
 
     /// The oracle itself, rounded to f32, as a version that must pass.
     fn oracle_in_f32() -> ForwardVersion {
-        let about = About::f32("oracle in f32", "none", Kind::CpuForward, "the oracle");
+        let about = About::forward("oracle in f32", "none", Device::Cpu, "the oracle");
         ForwardVersion::new(about, |q: &_, k: &_, v: &_, o: &_| {
             let out = oracle::attention(q, k, v, o)?;
             Ok(AttentionOutput { o: out.o.mapv(|x| x as f32), lse: out.lse.mapv(|x| x as f32) })

@@ -23,7 +23,7 @@ fn numbers(line: &str) -> Vec<f64> {
     line.split_whitespace().filter_map(|w| w.parse().ok()).filter(|x: &f64| x.is_finite()).collect()
 }
 
-/// What `examples/primitives.rs` of lesson 10 measured: the best cooperative-matrix TFLOP/s
+/// What `lab/src/bin/primitives.rs` measured: the best cooperative-matrix TFLOP/s
 /// (registers only) and the fastest rate of fragment loads from workgroup memory (TB/s).
 fn primitives(text: &str) -> Result<(f64, f64), String> {
     let file = "lesson10_primitives.txt";

@@ -9,13 +9,14 @@
 
 use ndarray::{Array3, Array4, s};
 use reference::{
-    About, AttentionError, AttentionOptions, AttentionOutput, AttentionShape, CheckedInputs,
-    Forward, Storage, check_inputs,
+    AttentionError, AttentionOptions, AttentionOutput, AttentionShape, CheckedInputs, Forward,
+    Storage, check_inputs,
 };
 
 use crate::GpuError;
 use crate::buffers;
 use crate::kernel::{Dispatch, launch, launch_repeated};
+use crate::version::GpuVersion;
 
 // ANCHOR: params
 /// The sizes and flags of one call, as the uniform `params` of every attention shader:
@@ -89,22 +90,8 @@ impl AttentionBuffers {
         let params = params_of(&shape, scale, options.causal)?;
         let row_stride = shape.head_dim.next_multiple_of(kernel.row_alignment().max(1));
         let storage = kernel.storage();
-        let upload = |tensor: &'static str, x: &Array4<f32>| {
-            let rows = padded_rows(x, row_stride);
-            match storage {
-                Storage::F32 if kernel.inputs_fit_f16() => {
-                    check_f16_range(tensor, x)?;
-                    buffers::upload(device, tensor, &rows)
-                }
-                Storage::F32 => buffers::upload(device, tensor, &rows),
-                Storage::F16 => buffers::upload(device, tensor, &f16_bits(tensor, x, &rows)?),
-                Storage::BF16 => Err(GpuError::KernelMisuse(
-                    "the GPU kernels of the course store their inputs in f32 or f16, not bf16"
-                        .to_string(),
-                )
-                .into()),
-            }
-        };
+        let fit_f16 = kernel.inputs_fit_f16();
+        let upload = |tensor, x| upload_rows(device, tensor, x, row_stride, storage, fit_f16);
         let slices = shape.batch * shape.heads;
         Ok(Self {
             shape,
@@ -140,18 +127,53 @@ impl AttentionBuffers {
         device: &wgpu::Device,
         queue: &wgpu::Queue,
     ) -> Result<AttentionOutput<f32>, AttentionError> {
-        let o = buffers::download::<f32>(device, queue, &self.o)?;
+        let o = download_rows(device, queue, &self.o, self.shape.q_dims(), self.row_stride)?;
         let lse = buffers::download::<f32>(device, queue, &self.lse)?;
-        let shape = &self.shape;
-        let (b, h, n, d) = shape.q_dims();
-        let o = Array4::from_shape_vec((b, h, n, self.row_stride), o)
-            .expect("O has B*H*Nq*stride elements")
-            .slice_move(s![.., .., .., ..d]);
-        Ok(AttentionOutput {
-            o: o.as_standard_layout().into_owned(),
-            lse: Array3::from_shape_vec(shape.lse_dims(), lse).expect("L has B*H*Nq elements"),
-        })
+        let lse = Array3::from_shape_vec(self.shape.lse_dims(), lse);
+        Ok(AttentionOutput { o, lse: lse.expect("L has B*H*Nq elements") })
     }
+}
+
+/// Uploads `x [B, H, N, D]` as a kernel reads it: each row padded with zeros to `row_stride`
+/// elements, in `storage` (f32, or f16 bit patterns). Where `fit_f16`, or for f16 storage, an
+/// element too large for f16 is an error naming it, never an infinity.
+pub fn upload_rows(
+    device: &wgpu::Device,
+    tensor: &'static str,
+    x: &Array4<f32>,
+    row_stride: usize,
+    storage: Storage,
+    fit_f16: bool,
+) -> Result<wgpu::Buffer, AttentionError> {
+    let rows = padded_rows(x, row_stride);
+    match storage {
+        Storage::F32 if fit_f16 => {
+            check_f16_range(tensor, x)?;
+            buffers::upload(device, tensor, &rows)
+        }
+        Storage::F32 => buffers::upload(device, tensor, &rows),
+        Storage::F16 => buffers::upload(device, tensor, &f16_bits(tensor, x, &rows)?),
+        Storage::BF16 => Err(GpuError::KernelMisuse(
+            "the GPU kernels of the course store their inputs in f32 or f16, not bf16".to_string(),
+        )
+        .into()),
+    }
+}
+
+/// Downloads an f32 buffer of `dims = (B, H, N, D)` rows padded to `row_stride`, without the
+/// padding.
+pub fn download_rows(
+    device: &wgpu::Device,
+    queue: &wgpu::Queue,
+    buffer: &wgpu::Buffer,
+    dims: (usize, usize, usize, usize),
+    row_stride: usize,
+) -> Result<Array4<f32>, AttentionError> {
+    let (b, h, n, d) = dims;
+    let values = buffers::download::<f32>(device, queue, buffer)?;
+    let padded = Array4::from_shape_vec((b, h, n, row_stride), values)
+        .expect("the buffer holds B*H*N padded rows");
+    Ok(padded.slice_move(s![.., .., .., ..d]).as_standard_layout().into_owned())
 }
 
 /// The elements of `x [B, H, N, D]` in row-major order, each row padded with zeros to
@@ -352,43 +374,14 @@ pub fn attention_on(
 }
 // ANCHOR_END: attention_on
 
-/// A GPU kernel version of the course: its card, and how to build it for a device and a head
-/// dimension (a kernel may compile its shader for one `D`).
-pub struct KernelVersion {
-    /// Name, lesson, kind ([`reference::Kind::GpuKernel`]), storage format, tolerance.
-    pub about: About,
-    /// Compiles the kernel for `device` and head dimension `D`, or says why it cannot.
-    pub build: fn(&wgpu::Device, usize) -> Built,
-    /// Device features the kernel cannot run without (tensor cores); empty for most.
-    pub requires: wgpu::Features,
-}
+/// A GPU forward version of the course: its card, and how to build its kernel for a device and
+/// a head dimension (a kernel may compile its shader for one `D`).
+pub type KernelVersion = GpuVersion<fn(&wgpu::Device, usize) -> Built>;
 
 /// What building a kernel gives: the kernel, or why it does not fit the device or head dim.
 pub type Built = Result<Box<dyn AttentionKernel>, AttentionError>;
 
 impl KernelVersion {
-    /// A version that runs on any adapter the course supports (lavapipe included).
-    pub fn new(about: About, build: fn(&wgpu::Device, usize) -> Built) -> Self {
-        Self { about, build, requires: wgpu::Features::empty() }
-    }
-
-    /// The same version, runnable only on devices with `features`.
-    pub fn requiring(self, features: wgpu::Features) -> Self {
-        Self { requires: features, ..self }
-    }
-
-    /// Why this version cannot run on `device` (a feature it requires is missing), or `None`.
-    pub fn missing_on(&self, device: &wgpu::Device) -> Option<GpuError> {
-        let missing = self.requires - device.features();
-        (!missing.is_empty()).then(|| GpuError::MissingFeature {
-            feature: if missing.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
-                "EXPERIMENTAL_COOPERATIVE_MATRIX (tensor cores)"
-            } else {
-                "a feature the kernel requires"
-            },
-            needed_for: self.about.name,
-        })
-    }
     /// This version as a [`Forward`] on `gpu`: inputs validated first (bad input is reported
     /// before any shader is compiled), then the kernel built for their head dimension, and one
     /// upload, run and download.

@@ -11,6 +11,10 @@
 //! - [`attention`]: the buffers every attention kernel reads and writes (Q, K, V, O, L and a
 //!   small uniform of sizes) and [`attention::attention_on`], which runs any kernel that
 //!   implements [`attention::AttentionKernel`] on a given device and queue.
+//! - [`backward`]: the same for backward kernels: the buffers they share (Q, K, V, O, L, dO,
+//!   `D = rowsum(dO * O)`, dQ, dK, dV), upload once (or after a forward, in place) and run.
+//! - [`version`]: a GPU version of an operation: its card, how to build it, the features it
+//!   requires.
 //! - [`wgsl`]: text tools for shaders specialised on the host ([`wgsl::specialise`] sets their
 //!   constants, [`wgsl::unroll`] unrolls the loops over them).
 //! - [`uniformity`]: a static check that every barrier of a WGSL shader is reached by every
@@ -23,12 +27,14 @@
 //! creating its own, so one device serves a whole test binary or benchmark.
 
 pub mod attention;
+pub mod backward;
 pub mod buffers;
 mod context;
 mod error;
 pub mod kernel;
 mod timer;
 pub mod uniformity;
+pub mod version;
 pub mod wgsl;
 
 pub use context::{ADAPTER_VAR, Gpu, SKIP_TESTS_VAR, for_tests, has_tensor_cores};

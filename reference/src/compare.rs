@@ -420,8 +420,28 @@ pub fn check_gradients(
     expected: &ExpectedGradients,
     tolerance: Tolerance,
 ) -> Result<[Comparison; 3], String> {
-    let allowed = tolerance.allowed_gradients(expected);
-    let exact = &expected.gradients;
+    gradients_within(actual, &expected.gradients, &tolerance.allowed_gradients(expected))
+}
+
+/// Two versions' gradients of the same problem agree: each may be off the oracle by its bound,
+/// in opposite directions, so they may differ by twice the bound (as [`check_agreement`]).
+pub fn check_gradient_agreement(
+    a: &Gradients<f32>,
+    b: &Gradients<f32>,
+    expected: &ExpectedGradients,
+    tolerance: Tolerance,
+) -> Result<[Comparison; 3], String> {
+    let twice = Tolerance { factor: 2.0 * tolerance.factor, ..tolerance };
+    let b =
+        Gradients { dq: b.dq.mapv(f64::from), dk: b.dk.mapv(f64::from), dv: b.dv.mapv(f64::from) };
+    gradients_within(a, &b, &twice.allowed_gradients(expected))
+}
+
+fn gradients_within(
+    actual: &Gradients<f32>,
+    exact: &Gradients<f64>,
+    allowed: &Gradients<f64>,
+) -> Result<[Comparison; 3], String> {
     let dq = compare("dQ", &actual.dq, &exact.dq, &allowed.dq)?;
     let dk = compare("dK", &actual.dk, &exact.dk, &allowed.dk)?;
     let dv = compare("dV", &actual.dv, &exact.dv, &allowed.dv)?;

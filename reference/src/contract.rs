@@ -249,6 +249,28 @@ pub fn check_logsumexp(
     Ok(())
 }
 
+/// Everything a backward pass must know before it computes: the forward's checks on `Q`, `K`,
+/// `V` and the options ([`check_inputs`]), `O` and `dO` of `Q`'s shape and finite, and `L` of
+/// the shape `[B, H, Nq]`, finite exactly where a row sees keys ([`check_logsumexp`]: an `L` of
+/// `-inf` there would silently zero the row's gradients).
+pub fn check_backward_inputs(
+    q: &Array4<f32>,
+    k: &Array4<f32>,
+    v: &Array4<f32>,
+    options: &AttentionOptions,
+    forward: &AttentionOutput<f32>,
+    d_o: &Array4<f32>,
+) -> Result<CheckedInputs, AttentionError> {
+    let checked = check_inputs(q, k, v, options)?;
+    check_same_shape("dO", d_o, "Q", q)?;
+    check_same_shape("O", &forward.o, "Q", q)?;
+    check_lse_shape(&forward.lse, q)?;
+    check_finite("dO", d_o)?;
+    check_finite("O", &forward.o)?;
+    check_logsumexp(&forward.lse, &checked.shape, options.causal)?;
+    Ok(checked)
+}
+
 /// Checks that `tensor` has exactly the shape of `reference` (for example `dO` and `Q`, or
 /// `O` and `Q`), naming the first axis that differs.
 pub fn check_same_shape<T, U>(
@@ -257,8 +279,18 @@ pub fn check_same_shape<T, U>(
     against: &'static str,
     reference: &Array4<U>,
 ) -> Result<(), AttentionError> {
-    let (x, r): ([usize; 4], [usize; 4]) = (x.dim().into(), reference.dim().into());
-    (0..4).try_for_each(|axis| check_axis(tensor, x, against, r, axis))
+    check_dims(tensor, x.dim().into(), against, reference.dim().into())
+}
+
+/// [`check_same_shape`] on bare shapes: `shape` of `tensor` must be `expected`, the shape of
+/// `against`.
+pub fn check_dims(
+    tensor: &'static str,
+    shape: [usize; 4],
+    against: &'static str,
+    expected: [usize; 4],
+) -> Result<(), AttentionError> {
+    (0..4).try_for_each(|axis| check_axis(tensor, shape, against, expected, axis))
 }
 
 /// Checks that a logsumexp `lse` has the shape `[B, H, Nq]` of `q [B, H, Nq, D]`.
@@ -379,6 +411,31 @@ impl<F> Backward for F where
         &Array4<f32>,
     ) -> Result<Gradients<f32>, AttentionError>
 {
+}
+
+/// Decoding with a KV cache, in two steps: [`Decoder::fill`] takes the keys and values of each
+/// sequence so far, `[Hkv, len, D]` (lengths may differ from sequence to sequence), and returns
+/// the filled cache; [`FilledCache::decode`] attends the queries of each sequence's last `Nq`
+/// tokens, `q [B, Hq, Nq, D]`, to everything cached: `O [B, Hq, Nq, D]` and `L [B, Hq, Nq]`,
+/// with the contract's bottom-right causal mask among them. `Hq` is a multiple of `Hkv`: query
+/// head `h` reads K/V head `h / (Hq / Hkv)` (grouped-query attention).
+pub trait Decoder {
+    /// A cache holding `keys[b]` and `values[b]` for each sequence `b`, or why it cannot.
+    fn fill(
+        &self,
+        keys: &[Array3<f32>],
+        values: &[Array3<f32>],
+    ) -> Result<Box<dyn FilledCache>, AttentionError>;
+}
+
+/// A filled KV cache, ready to decode (see [`Decoder`]).
+pub trait FilledCache {
+    /// Attention of the queries `q [B, Hq, Nq, D]` over the cache.
+    fn decode(
+        &self,
+        q: &Array4<f32>,
+        options: &AttentionOptions,
+    ) -> Result<AttentionOutput<f32>, AttentionError>;
 }
 
 #[cfg(test)]

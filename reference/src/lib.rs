@@ -2,9 +2,9 @@
 //!
 //! * [`contract`]: the one contract every forward implementation follows (shapes, scale,
 //!   bottom-right causal mask, `O` and the logsumexp `L`), the shape validation they share,
-//!   and the [`Forward`] and [`Backward`] signatures.
-//! * [`version`]: what the registry knows about each implementation (name, lesson, kind,
-//!   storage format, tolerance).
+//!   and the [`Forward`], [`Backward`] and [`Decoder`] signatures.
+//! * [`version`]: what the registry knows about each implementation (name, lesson, operation,
+//!   device, storage format, tolerance).
 //! * [`oracle`]: attention in f64, straight from the definition. Every stage is tested
 //!   against it.
 //! * [`features`]: the oracle extended with FlashAttention's features: sliding window, ALiBi,
@@ -29,15 +29,19 @@ pub mod problem;
 pub mod version;
 
 pub use compare::{
-    Comparison, Tolerance, assert_close, check_agreement, check_gradients, check_output, compare,
+    Comparison, Tolerance, assert_close, check_agreement, check_gradient_agreement,
+    check_gradients, check_output, compare,
 };
 pub use contract::{
-    AttentionOptions, AttentionOutput, AttentionShape, Backward, CheckedInputs, Forward, Gradients,
-    check_finite, check_inputs, check_logsumexp, check_lse_shape, check_same_shape,
+    AttentionOptions, AttentionOutput, AttentionShape, Backward, CheckedInputs, Decoder,
+    FilledCache, Forward, Gradients, check_backward_inputs, check_dims, check_finite, check_inputs,
+    check_logsumexp, check_lse_shape, check_same_shape,
 };
 pub use error::{AttentionError, DeviceError, NonFiniteValue};
 pub use features::{Dropout, Feature, Features, Window};
 pub use grouped::HeadGroups;
 pub use oracle::{Expected, ExpectedGradients};
 pub use problem::{Problem, ProblemSpec};
-pub use version::{About, BackwardVersion, ForwardVersion, Kind, Storage};
+pub use version::{
+    About, BackwardVersion, DecodeVersion, Device, ForwardVersion, Operation, Storage,
+};

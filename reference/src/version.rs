@@ -1,24 +1,46 @@
 //! What the course's registry knows about each implementation.
 //!
-//! Every lesson exports its implementations as *versions* of one operation (the idea of
+//! Every lesson exports its implementations as *versions* of an operation (the idea of
 //! llm.c's `dev/cuda`: the first is the simplest, each later one changes one thing and says
-//! what). A version is an [`About`] (its name, lesson, kind, storage format and tolerance)
-//! and the code: a [`Forward`] or [`Backward`] function for CPU stages, a kernel constructor for
-//! GPU ones (`gpu::attention::KernelVersion`). The `registry` crate collects them in course order; the tour,
-//! the cross-stage equivalence test and the benchmarks read that one list.
+//! what). The operations are the forward pass, the backward pass and decoding with a KV cache
+//! ([`Operation`]; a training step will be the next). A version is an [`About`] (its name,
+//! lesson, operation, device, storage format and tolerance) and the code: a [`Forward`],
+//! [`Backward`] or [`Decoder`] for the CPU, a kernel constructor for the GPU
+//! (`gpu::attention::KernelVersion` and its twins). The `registry` crate lists them by
+//! operation in course order; the tour, the course-wide tests and the benchmarks read those
+//! lists.
 
 use crate::compare::Tolerance;
-use crate::contract::{Backward, Forward};
+use crate::contract::{Backward, Decoder, Forward};
 
-/// What a version computes, and where.
+/// What a version computes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    /// A forward pass on the CPU: a [`Forward`] function.
-    CpuForward,
-    /// A backward pass on the CPU: a [`Backward`] function.
-    CpuBackward,
-    /// A forward pass as GPU kernels, built for a device and a head dimension.
-    GpuKernel,
+pub enum Operation {
+    /// `O` and `L` from `Q`, `K`, `V`: a [`Forward`].
+    Forward,
+    /// `dQ`, `dK`, `dV` from the forward's inputs and outputs and `dO`: a [`Backward`].
+    Backward,
+    /// The last tokens' queries over a KV cache: a [`Decoder`].
+    Decode,
+}
+
+/// Where a version computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Device {
+    /// On the CPU, as Rust code.
+    Cpu,
+    /// On the GPU, as WGSL kernels built for a device.
+    Gpu,
+}
+
+impl Device {
+    /// `"CPU"` or `"GPU"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Device::Cpu => "CPU",
+            Device::Gpu => "GPU",
+        }
+    }
 }
 
 /// The format Q, K and V are stored in while the version computes (its arithmetic is f32 in
@@ -51,8 +73,10 @@ pub struct About {
     pub name: &'static str,
     /// The package that implements it (`"lesson03"`).
     pub lesson: &'static str,
-    /// CPU forward, CPU backward or GPU kernel.
-    pub kind: Kind,
+    /// Forward, backward or decoding.
+    pub operation: Operation,
+    /// CPU or GPU.
+    pub device: Device,
     /// The format its inputs are stored in.
     pub storage: Storage,
     /// How close to the f64 oracle it must be (the error model of
@@ -62,31 +86,47 @@ pub struct About {
     pub change: &'static str,
 }
 
-/// A CPU forward version: its card and its function.
-pub struct ForwardVersion {
-    /// Name, lesson, kind, format, tolerance.
-    pub about: About,
-    /// The forward pass, with its own parameters (tile sizes, ...) bound.
-    pub forward: Box<dyn Forward>,
-}
-
-/// A CPU backward version: its card and its function.
-pub struct BackwardVersion {
-    /// Name, lesson, kind, format, tolerance.
-    pub about: About,
-    /// The backward pass, with its own parameters bound.
-    pub backward: Box<dyn Backward>,
-}
-
 impl About {
-    /// A version that stores its inputs in f32 and is held to the f32 error model.
-    pub const fn f32(
+    /// A forward version on `device` that stores its inputs in f32 and is held to the f32
+    /// error model.
+    pub const fn forward(
         name: &'static str,
         lesson: &'static str,
-        kind: Kind,
+        device: Device,
         change: &'static str,
     ) -> Self {
-        Self { name, lesson, kind, storage: Storage::F32, tolerance: Tolerance::F32, change }
+        Self::f32(name, lesson, Operation::Forward, device, change)
+    }
+
+    /// A backward version, as [`About::forward`].
+    pub const fn backward(
+        name: &'static str,
+        lesson: &'static str,
+        device: Device,
+        change: &'static str,
+    ) -> Self {
+        Self::f32(name, lesson, Operation::Backward, device, change)
+    }
+
+    /// A decoding version, as [`About::forward`].
+    pub const fn decode(
+        name: &'static str,
+        lesson: &'static str,
+        device: Device,
+        change: &'static str,
+    ) -> Self {
+        Self::f32(name, lesson, Operation::Decode, device, change)
+    }
+
+    const fn f32(
+        name: &'static str,
+        lesson: &'static str,
+        operation: Operation,
+        device: Device,
+        change: &'static str,
+    ) -> Self {
+        let (storage, tolerance) = (Storage::F32, Tolerance::F32);
+        Self { name, lesson, operation, device, storage, tolerance, change }
     }
 
     /// The same version, storing its inputs in `storage` and held to `tolerance`.
@@ -95,17 +135,47 @@ impl About {
     }
 }
 
+/// A CPU forward version: its card and its function.
+pub struct ForwardVersion {
+    /// Name, lesson, operation, device, format, tolerance.
+    pub about: About,
+    /// The forward pass, with its own parameters (tile sizes, ...) bound.
+    pub forward: Box<dyn Forward>,
+}
+
+/// A CPU backward version: its card and its function.
+pub struct BackwardVersion {
+    /// Name, lesson, operation, device, format, tolerance.
+    pub about: About,
+    /// The backward pass, with its own parameters bound.
+    pub backward: Box<dyn Backward>,
+}
+
+/// A decoding version: its card and its cache.
+pub struct DecodeVersion {
+    /// Name, lesson, operation, device, format, tolerance.
+    pub about: About,
+    /// Fills its cache, which then decodes.
+    pub decoder: Box<dyn Decoder>,
+}
+
 impl ForwardVersion {
-    /// A CPU forward version: `about.kind` must be [`Kind::CpuForward`] (the registry's tests
-    /// check it).
+    /// A forward version: `about` must be a forward card (the registry's tests check it).
     pub fn new(about: About, forward: impl Forward + 'static) -> Self {
         Self { about, forward: Box::new(forward) }
     }
 }
 
 impl BackwardVersion {
-    /// A CPU backward version: `about.kind` must be [`Kind::CpuBackward`].
+    /// A backward version: `about` must be a backward card.
     pub fn new(about: About, backward: impl Backward + 'static) -> Self {
         Self { about, backward: Box::new(backward) }
+    }
+}
+
+impl DecodeVersion {
+    /// A decoding version: `about` must be a decoding card.
+    pub fn new(about: About, decoder: impl Decoder + 'static) -> Self {
+        Self { about, decoder: Box::new(decoder) }
     }
 }

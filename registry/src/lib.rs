@@ -1,31 +1,243 @@
-//! # registry — every stage and kernel version of the course, once
+//! # registry — every version of the course, once, by operation
 //!
 //! Each lesson exports its implementations as versions (`lessonNN::versions()`: a card saying
-//! name, lesson, kind, storage format and tolerance, and the code). This crate lists the
-//! lessons in course order, and the programs that run "every stage" read it: the tour, the
-//! cross-stage equivalence test, the scaling study (the first version of lessons 01, 03, 07)
-//! and the GPU benchmark. A new version of a lesson appears in them by being added to that
-//! lesson's `versions()`; a new lesson takes one line here.
+//! name, lesson, operation, device, storage format and tolerance, and the code). This crate
+//! lists them by operation, each list in course order: [`forwards`], [`backwards`] and
+//! [`decodes`] (a training step will be the next). An entry's device, CPU or GPU, is a field
+//! of its card, and its code is either the operation's function or a GPU version that becomes
+//! that function on a GPU, as candle registers one op with an implementation per device. The
+//! programs that run "every version" read these lists: the tour, the course-wide tests, the
+//! benchmarks. A new version of a lesson appears in them by being added to that lesson's
+//! `versions()`; a new lesson takes one line here.
 //!
-//! The GPU kernels sit behind the `gpu` feature (on by default; the workspace's dependency
+//! The GPU versions sit behind the `gpu` feature (on by default; the workspace's dependency
 //! line turns it off), so that a CPU-only reader builds no wgpu.
 
-use reference::{About, BackwardVersion, ForwardVersion};
+use reference::{
+    About, AttentionError, Backward, BackwardVersion, DecodeVersion, Decoder, Forward,
+    ForwardVersion,
+};
+
+/// A registered version: its card, and its code on its device.
+pub struct Entry<Cpu, Gpu> {
+    /// Name, lesson, operation, device, storage format, tolerance.
+    pub about: About,
+    /// The code: CPU code runs as it is, a GPU version is built for a device first.
+    pub code: Code<Cpu, Gpu>,
+}
+
+/// An entry's code, by device.
+pub enum Code<Cpu, Gpu> {
+    /// The operation's function, on the CPU.
+    Cpu(Cpu),
+    /// A GPU version ([`gpu::version::GpuVersion`]), which becomes the operation's function
+    /// on a GPU that has the features it needs.
+    Gpu(Gpu),
+}
+
+/// The GPU versions' types; without the `gpu` feature none can be made.
+#[cfg(feature = "gpu")]
+mod on_gpu {
+    pub type Forward = gpu::attention::KernelVersion;
+    pub type Backward = gpu::backward::BackwardKernelVersion;
+    pub type Decode = gpu::version::DecodeKernelVersion;
+}
+#[cfg(not(feature = "gpu"))]
+mod on_gpu {
+    pub type Forward = std::convert::Infallible;
+    pub type Backward = std::convert::Infallible;
+    pub type Decode = std::convert::Infallible;
+}
+
+/// A forward version: a [`Forward`] on the CPU or a kernel version on the GPU.
+pub type ForwardEntry = Entry<Box<dyn Forward>, on_gpu::Forward>;
+/// A backward version: a [`Backward`] on the CPU or a backward kernel version on the GPU.
+pub type BackwardEntry = Entry<Box<dyn Backward>, on_gpu::Backward>;
+/// A decoding version: a [`Decoder`] on the CPU or a decoding kernel version on the GPU.
+pub type DecodeEntry = Entry<Box<dyn Decoder>, on_gpu::Decode>;
 
 // ANCHOR: registry
-/// Every CPU forward version, in course order.
-pub fn cpu_forwards() -> Vec<ForwardVersion> {
-    [
+/// Every forward version, in course order: the CPU lessons', then the GPU kernels.
+pub fn forwards() -> Vec<ForwardEntry> {
+    let cpu = [
         lesson01::versions(),
         lesson02::versions(),
         lesson03::versions(),
         lesson04::versions(),
         lesson06::versions(),
         lesson07::versions(),
-    ]
-    .into_iter()
-    .flatten()
-    .collect()
+    ];
+    let cpu = cpu.into_iter().flatten().map(Entry::from);
+    #[cfg(feature = "gpu")]
+    let gpu = [lesson08::versions(), lesson09::versions(), lesson10::versions()];
+    #[cfg(not(feature = "gpu"))]
+    let gpu: [Vec<on_gpu::Forward>; 0] = [];
+    cpu.chain(gpu.into_iter().flatten().map(Entry::from)).collect()
+}
+
+/// Every backward version, in course order.
+pub fn backwards() -> Vec<BackwardEntry> {
+    lesson05::versions().into_iter().map(Entry::from).collect()
+}
+
+/// Every decoding version, in course order: on the CPU, then in WGSL.
+pub fn decodes() -> Vec<DecodeEntry> {
+    let cpu = lesson11::versions().into_iter().map(Entry::from);
+    #[cfg(feature = "gpu")]
+    let gpu = lesson11::gpu_decode::versions();
+    #[cfg(not(feature = "gpu"))]
+    let gpu: Vec<on_gpu::Decode> = Vec::new();
+    cpu.chain(gpu.into_iter().map(Entry::from)).collect()
+}
+// ANCHOR_END: registry
+
+/// The versions of one operation that run on this machine, and those that cannot with the
+/// reason (no GPU adapter, or a feature the adapter lacks such as tensor cores).
+pub struct Runnable<V> {
+    /// The versions that run, in course order: CPU code as it is, GPU versions on the
+    /// process's shared GPU.
+    pub runs: Vec<V>,
+    /// The versions that cannot run here, each with why.
+    pub cannot: Vec<(About, AttentionError)>,
+}
+
+/// Every forward version that runs here ([`Runnable`]).
+pub fn runnable_forwards() -> Runnable<ForwardVersion> {
+    runnable(forwards(), |about, forward| ForwardVersion { about, forward })
+}
+
+/// Every backward version that runs here ([`Runnable`]).
+pub fn runnable_backwards() -> Runnable<BackwardVersion> {
+    runnable(backwards(), |about, backward| BackwardVersion { about, backward })
+}
+
+/// Every decoding version that runs here ([`Runnable`]).
+pub fn runnable_decodes() -> Runnable<DecodeVersion> {
+    runnable(decodes(), |about, decoder| DecodeVersion { about, decoder })
+}
+
+/// The entries of `entries` that run here as `version(card, code)`, and those that cannot with
+/// why: what [`runnable_forwards`] and its twins do with each operation's list.
+pub fn runnable<C, G: GpuCode<C>, V>(
+    entries: Vec<Entry<C, G>>,
+    version: impl Fn(About, C) -> V,
+) -> Runnable<V> {
+    let mut here = Runnable { runs: Vec::new(), cannot: Vec::new() };
+    for Entry { about, code } in entries {
+        match code.here() {
+            Ok(code) => here.runs.push(version(about, code)),
+            Err(why) => here.cannot.push((about, why)),
+        }
+    }
+    here
+}
+
+impl<C, G: GpuCode<C>> Code<C, G> {
+    /// The operation's function on this machine, or why there is none.
+    fn here(self) -> Result<C, AttentionError> {
+        match self {
+            Code::Cpu(code) => Ok(code),
+            Code::Gpu(version) => version.on_shared_gpu(),
+        }
+    }
+}
+
+/// What a GPU version becomes on this machine's GPU: `C`, the operation's function
+/// ([`Forward`], [`Backward`], [`Decoder`]).
+pub trait GpuCode<C> {
+    /// The version on the process's shared GPU, or why it cannot run there.
+    fn on_shared_gpu(self) -> Result<C, AttentionError>;
+}
+
+#[cfg(feature = "gpu")]
+mod gpu_code {
+    use super::*;
+    use gpu::version::GpuVersion;
+
+    /// The shared GPU, if it has every feature `version` requires.
+    fn gpu_for<B>(version: &GpuVersion<B>) -> Result<&'static gpu::Gpu, AttentionError> {
+        let gpu = gpu::Gpu::shared()?;
+        match version.missing_on(&gpu.device) {
+            Some(missing) => Err(missing.into()),
+            None => Ok(gpu),
+        }
+    }
+
+    impl GpuCode<Box<dyn Forward>> for gpu::attention::KernelVersion {
+        fn on_shared_gpu(self) -> Result<Box<dyn Forward>, AttentionError> {
+            Ok(self.forward_on(gpu_for(&self)?))
+        }
+    }
+
+    impl GpuCode<Box<dyn Backward>> for gpu::backward::BackwardKernelVersion {
+        fn on_shared_gpu(self) -> Result<Box<dyn Backward>, AttentionError> {
+            Ok(self.backward_on(gpu_for(&self)?))
+        }
+    }
+
+    impl GpuCode<Box<dyn Decoder>> for gpu::version::DecodeKernelVersion {
+        fn on_shared_gpu(self) -> Result<Box<dyn Decoder>, AttentionError> {
+            Ok((self.build)(gpu_for(&self)?))
+        }
+    }
+
+    impl<C, B> From<GpuVersion<B>> for Entry<C, GpuVersion<B>> {
+        fn from(version: GpuVersion<B>) -> Self {
+            Entry { about: version.about, code: Code::Gpu(version) }
+        }
+    }
+}
+
+#[cfg(not(feature = "gpu"))]
+impl<C> From<std::convert::Infallible> for Entry<C, std::convert::Infallible> {
+    fn from(never: std::convert::Infallible) -> Self {
+        match never {}
+    }
+}
+
+#[cfg(not(feature = "gpu"))]
+impl<C> GpuCode<C> for std::convert::Infallible {
+    fn on_shared_gpu(self) -> Result<C, AttentionError> {
+        match self {}
+    }
+}
+
+impl<G> From<ForwardVersion> for Entry<Box<dyn Forward>, G> {
+    fn from(version: ForwardVersion) -> Self {
+        Entry { about: version.about, code: Code::Cpu(version.forward) }
+    }
+}
+
+impl<G> From<BackwardVersion> for Entry<Box<dyn Backward>, G> {
+    fn from(version: BackwardVersion) -> Self {
+        Entry { about: version.about, code: Code::Cpu(version.backward) }
+    }
+}
+
+impl<G> From<DecodeVersion> for Entry<Box<dyn Decoder>, G> {
+    fn from(version: DecodeVersion) -> Self {
+        Entry { about: version.about, code: Code::Cpu(version.decoder) }
+    }
+}
+
+/// The GPU forward kernel versions, in course order, as the benchmarks and lesson 12's GPU
+/// model take them (to upload once and run many times).
+#[cfg(feature = "gpu")]
+pub fn gpu_kernels() -> Vec<gpu::attention::KernelVersion> {
+    let kernel = |entry: ForwardEntry| match entry.code {
+        Code::Gpu(kernel) => Some(kernel),
+        Code::Cpu(_) => None,
+    };
+    forwards().into_iter().filter_map(kernel).collect()
+}
+
+/// The CPU forward versions, in course order.
+pub fn cpu_forwards() -> Vec<ForwardVersion> {
+    let version = |entry: ForwardEntry| match entry.code {
+        Code::Cpu(forward) => Some(ForwardVersion { about: entry.about, forward }),
+        Code::Gpu(_) => None,
+    };
+    forwards().into_iter().filter_map(version).collect()
 }
 
 /// The first CPU forward version `lesson` registers (its main one: lesson 01's naive attention,
@@ -35,49 +247,12 @@ pub fn first_cpu_forward(lesson: &str) -> Result<ForwardVersion, String> {
     found.ok_or_else(|| format!("no CPU forward version of {lesson} is registered"))
 }
 
-/// Every CPU backward version, in course order.
-pub fn backwards() -> Vec<BackwardVersion> {
-    lesson05::versions()
-}
-
-/// Every GPU kernel version, in course order.
-#[cfg(feature = "gpu")]
-pub fn gpu_kernels() -> Vec<gpu::attention::KernelVersion> {
-    [lesson08::versions(), lesson09::versions(), lesson10::versions()]
-        .into_iter()
-        .flatten()
-        .collect()
-}
-// ANCHOR_END: registry
-
-/// Every GPU kernel version the process's shared GPU can run, as a forward function on it
-/// (the tensor-core versions need tensor cores: see [`gpu_kernels_not_runnable`]), or the
-/// error that says why there is no adapter (and how to install lavapipe).
-#[cfg(feature = "gpu")]
-pub fn gpu_forwards() -> Result<Vec<ForwardVersion>, reference::AttentionError> {
-    let gpu = gpu::Gpu::shared()?;
-    Ok(gpu_kernels()
-        .iter()
-        .filter(|kernel| kernel.missing_on(&gpu.device).is_none())
-        .map(|kernel| ForwardVersion { about: kernel.about, forward: kernel.forward_on(gpu) })
-        .collect())
-}
-
-/// The registered GPU kernel versions `gpu` cannot run, each with the reason (a feature the
-/// adapter lacks), for the programs that run every version to say what they left out.
-#[cfg(feature = "gpu")]
-pub fn gpu_kernels_not_runnable(gpu: &gpu::Gpu) -> Vec<(About, gpu::GpuError)> {
-    let versions = gpu_kernels();
-    versions.iter().filter_map(|v| Some((v.about, v.missing_on(&gpu.device)?))).collect()
-}
-
-/// The cards of every registered version (GPU kernels included with the `gpu` feature), in
-/// course order: CPU forwards, backwards, then GPU kernels.
+/// The cards of every registered version, by operation (forward, backward, decoding), each in
+/// course order.
 pub fn every_version() -> Vec<About> {
-    let mut cards: Vec<About> = cpu_forwards().iter().map(|v| v.about).collect();
-    cards.extend(backwards().iter().map(|v| v.about));
-    #[cfg(feature = "gpu")]
-    cards.extend(gpu_kernels().iter().map(|v| v.about));
+    let mut cards: Vec<About> = forwards().iter().map(|e| e.about).collect();
+    cards.extend(backwards().iter().map(|e| e.about));
+    cards.extend(decodes().iter().map(|e| e.about));
     cards
 }
 
@@ -87,7 +262,7 @@ mod tests {
     use std::path::Path;
 
     use reference::compare::Format;
-    use reference::{Kind, Storage};
+    use reference::{Device, Operation, Storage};
 
     use super::*;
 
@@ -99,17 +274,32 @@ mod tests {
         }
     }
 
+    /// The device a card names is the device its code runs on.
+    fn device_of<C, G>(entry: &Entry<C, G>) -> Device {
+        match entry.code {
+            Code::Cpu(_) => Device::Cpu,
+            Code::Gpu(_) => Device::Gpu,
+        }
+    }
+
     #[test]
-    fn each_list_holds_its_kind_in_course_order() {
-        let check = |cards: Vec<About>, kind: Kind| {
-            assert!(cards.iter().all(|c| c.kind == kind), "{kind:?} list: {cards:#?}");
-            let lessons: Vec<_> = cards.iter().map(|c| c.lesson).collect();
-            assert!(lessons.is_sorted(), "not in course order: {lessons:?}");
-        };
-        check(cpu_forwards().iter().map(|v| v.about).collect(), Kind::CpuForward);
-        check(backwards().iter().map(|v| v.about).collect(), Kind::CpuBackward);
-        #[cfg(feature = "gpu")]
-        check(gpu_kernels().iter().map(|v| v.about).collect(), Kind::GpuKernel);
+    fn each_list_holds_its_operation_in_course_order_with_the_device_of_its_code() {
+        fn check<C, G>(entries: Vec<Entry<C, G>>, operation: Operation) {
+            for entry in &entries {
+                let card = entry.about;
+                assert_eq!(card.operation, operation, "{}", card.name);
+                assert_eq!(card.device, device_of(entry), "{}", card.name);
+            }
+            // Course order is the order of the course manifest's lessons.
+            let course: Vec<String> = course::lessons().into_iter().map(|l| l.package).collect();
+            let place = |package: &str| course.iter().position(|p| p == package);
+            let places: Vec<_> = entries.iter().map(|e| place(e.about.lesson)).collect();
+            assert!(places.iter().all(Option::is_some), "a version of no lesson in course.toml");
+            assert!(places.is_sorted(), "not in course order: {places:?}");
+        }
+        check(forwards(), Operation::Forward);
+        check(backwards(), Operation::Backward);
+        check(decodes(), Operation::Decode);
     }
 
     #[test]
@@ -132,7 +322,8 @@ mod tests {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let exports = |lesson: &course::Lesson| {
             let lib = root.join(lesson.lesson_folder()).join("src/lib.rs");
-            std::fs::read_to_string(&lib).expect("a lesson's lib.rs").contains("pub fn versions()")
+            let text = std::fs::read_to_string(&lib).expect("a lesson's lib.rs");
+            text.contains("pub fn versions()") || text.contains("pub use versions::versions;")
         };
         course::lessons().into_iter().filter(exports).map(|lesson| lesson.package).collect()
     }

@@ -150,11 +150,11 @@ pub struct MemoryRow {
 
 /// This lesson's implementation, for the course's registry.
 pub fn versions() -> Vec<reference::ForwardVersion> {
-    use reference::{About, ForwardVersion, Kind};
-    let about = About::f32(
+    use reference::{About, Device, ForwardVersion};
+    let about = About::forward(
         "naive (S and P in memory)",
         env!("CARGO_PKG_NAME"),
-        Kind::CpuForward,
+        Device::Cpu,
         "the definition: S = scale Q K^T and P = softmax(S) stored whole, then O = P V",
     );
     vec![ForwardVersion::new(about, attention)]

@@ -145,11 +145,11 @@ pub fn attention(
 
 /// This lesson's implementation, for the course's registry.
 pub fn versions() -> Vec<reference::ForwardVersion> {
-    use reference::{About, ForwardVersion, Kind};
-    let about = About::f32(
+    use reference::{About, Device, ForwardVersion};
+    let about = About::forward(
         "online, one key at a time",
         env!("CARGO_PKG_NAME"),
-        Kind::CpuForward,
+        Device::Cpu,
         "no S or P in memory: each row keeps a running max and sum, rescaled as keys arrive",
     );
     vec![ForwardVersion::new(about, attention)]

@@ -330,11 +330,11 @@ impl RunningState {
 
 /// This lesson's implementation with its default tiles, for the course's registry.
 pub fn versions() -> Vec<reference::ForwardVersion> {
-    use reference::{About, ForwardVersion, Kind};
-    let about = About::f32(
+    use reference::{About, Device, ForwardVersion};
+    let about = About::forward(
         "tiled FlashAttention-2",
         env!("CARGO_PKG_NAME"),
-        Kind::CpuForward,
+        Device::Cpu,
         "tiles of queries and keys, one running state per query tile, O normalised once",
     );
     let tiles = TileSizes::default();

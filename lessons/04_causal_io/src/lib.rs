@@ -149,11 +149,11 @@ pub fn tile_ranges(n: usize, size: usize) -> impl Iterator<Item = Range<usize>> 
 /// FlashAttention-1's loop order, for the course's registry (the naive and FlashAttention-2
 /// walks of this lesson compute what lessons 01 and 03 do; they are here to count traffic).
 pub fn versions() -> Vec<reference::ForwardVersion> {
-    use reference::{About, ForwardVersion, Kind};
-    let about = About::f32(
+    use reference::{About, Device, ForwardVersion};
+    let about = About::forward(
         "FlashAttention-1 loop order",
         env!("CARGO_PKG_NAME"),
-        Kind::CpuForward,
+        Device::Cpu,
         "the outer loop over key tiles: O, m and l of every row read and written per key tile",
     );
     let tiles = TileSizes::default();

@@ -21,7 +21,7 @@ use ndarray::linalg::general_mat_mul;
 use ndarray::{Array1, Array2, Array4, ArrayView1, ArrayView2, ArrayViewMut2, s};
 use reference::{
     AttentionError, AttentionOptions, AttentionOutput, AttentionShape, CheckedInputs, Gradients,
-    check_finite, check_inputs, check_logsumexp, check_lse_shape, check_same_shape,
+    check_backward_inputs,
 };
 
 // ANCHOR: backward
@@ -36,15 +36,10 @@ pub fn backward(
     d_o: &Array4<f32>,
     tiles: TileSizes,
 ) -> Result<Gradients<f32>, AttentionError> {
-    let CheckedInputs { shape, scale, .. } = check_inputs(q, k, v, options)?;
-    check_same_shape("dO", d_o, "Q", q)?;
-    check_same_shape("O", &forward.o, "Q", q)?;
-    check_lse_shape(&forward.lse, q)?;
-    // Bad data is an error here too: dO and O finite, and L finite exactly where a row sees
-    // keys (an L of -inf there would silently zero the row's gradients).
-    check_finite("dO", d_o)?;
-    check_finite("O", &forward.o)?;
-    check_logsumexp(&forward.lse, &shape, options.causal)?;
+    // Bad data is an error here too: the forward's checks, dO and O finite and of Q's shape,
+    // and L finite exactly where a row sees keys (`check_logsumexp`: an L of -inf there would
+    // silently zero the row's gradients).
+    let CheckedInputs { shape, scale, .. } = check_backward_inputs(q, k, v, options, forward, d_o)?;
     let tiles = tiles.fitted_to(&shape);
     let mut grads = Gradients {
         dq: Array4::zeros(q.dim()),
@@ -163,11 +158,11 @@ fn key_tile_gradients(
 
 /// This lesson's backward pass with lesson 03's default tiles, for the course's registry.
 pub fn versions() -> Vec<reference::BackwardVersion> {
-    use reference::{About, BackwardVersion, Kind};
-    let about = About::f32(
+    use reference::{About, BackwardVersion, Device};
+    let about = About::backward(
         "tiled, recomputes P from L",
         env!("CARGO_PKG_NAME"),
-        Kind::CpuBackward,
+        Device::Cpu,
         "dQ, dK, dV tile by tile, P recomputed from the forward's L instead of stored",
     );
     let tiles = TileSizes::default();

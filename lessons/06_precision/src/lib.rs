@@ -28,11 +28,11 @@ pub use element::{Dtype, Element, round_checked, round_to, widen};
 
 /// FlashAttention on f16 and on bf16 storage with f32 math, for the course's registry.
 pub fn versions() -> Vec<reference::ForwardVersion> {
-    use reference::{About, ForwardVersion, Kind, Storage, Tolerance};
-    let f16 = About::f32(
+    use reference::{About, Device, ForwardVersion, Storage, Tolerance};
+    let f16 = About::forward(
         "f16 storage, f32 math",
         env!("CARGO_PKG_NAME"),
-        Kind::CpuForward,
+        Device::Cpu,
         "Q, K, V and O stored in f16, every sum and the softmax state in f32",
     )
     .stored_in(Storage::F16, Tolerance::F16_STORAGE);

@@ -1,5 +1,5 @@
 //! The scaling study of lesson 07: naive (lesson 01), tiled (lesson 03) and parallel (lesson
-//! 07) attention from the course's registry, with PyTorch's CPU `scaled_dot_product_attention`
+//! 07) attention, each lesson's first version, with PyTorch's CPU `scaled_dot_product_attention`
 //! timed in the same run when `torch` is importable. Every stage is checked against the f64
 //! oracle before it is timed. Prints tables and writes CSV and SVG to book/src/figures/.
 //!
@@ -122,9 +122,9 @@ fn main() -> Res {
     let figures = Figures::from_args(&std::env::args().skip(1).collect::<Vec<_>>())?;
     let threads = rayon::current_num_threads();
     println!("{}; fp32, H = {HEADS}, D = {HEAD_DIM}, not causal", Machine::this().describe());
-    // The first registered version of each lesson compared: naive, tiled, parallel.
-    let stages = ["lesson01", "lesson03", "lesson07"].map(registry::first_cpu_forward);
-    let stages = stages.into_iter().collect::<Result<Vec<_>, _>>()?;
+    // The first version of each lesson compared: naive, tiled, parallel.
+    let first = |versions: Vec<ForwardVersion>| versions.into_iter().next().expect("one");
+    let stages = [lesson01::versions(), lesson03::versions(), lesson07::versions()].map(first);
     for stage in &stages {
         bench::validate(stage, &[spec(2, 300).causal(true), spec(1, 77)])?;
     }

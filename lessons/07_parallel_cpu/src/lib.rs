@@ -164,11 +164,11 @@ fn query_tile(
 
 /// This lesson's implementation with its default tiles, for the course's registry.
 pub fn versions() -> Vec<reference::ForwardVersion> {
-    use reference::{About, ForwardVersion, Kind};
-    let about = About::f32(
+    use reference::{About, Device, ForwardVersion};
+    let about = About::forward(
         "parallel, vectorised exp2",
         env!("CARGO_PKG_NAME"),
-        Kind::CpuForward,
+        Device::Cpu,
         "query tiles on every core (rayon), exp2 with log2(e) folded into the scale",
     );
     let tiles = default_tiles();

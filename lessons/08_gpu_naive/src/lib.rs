@@ -192,11 +192,11 @@ pub fn attention(
 /// This lesson's kernels, for the course's registry.
 pub fn versions() -> Vec<gpu::attention::KernelVersion> {
     use gpu::attention::{KernelVersion, boxed};
-    use reference::{About, Kind};
-    let about = About::f32(
+    use reference::{About, Device};
+    let about = About::forward(
         "GPU naive, 3 WGSL kernels",
         env!("CARGO_PKG_NAME"),
-        Kind::GpuKernel,
+        Device::Gpu,
         "lesson 01 on a GPU: S and P in GPU memory, one thread per element or row",
     );
     vec![KernelVersion::new(about, |device, _| boxed(NaiveAttention::new(device)))]

@@ -328,11 +328,11 @@ pub fn attention(
 /// default; the second trades keys per tile for more rows (threads) per workgroup.
 pub fn versions() -> Vec<gpu::attention::KernelVersion> {
     use gpu::attention::{KernelVersion, boxed};
-    use reference::{About, Kind};
-    let first = About::f32(
+    use reference::{About, Device};
+    let first = About::forward(
         "GPU FlashAttention 64x32",
         env!("CARGO_PKG_NAME"),
-        Kind::GpuKernel,
+        Device::Gpu,
         "lesson 03 on a GPU: one thread per query row, K and V tiles in workgroup memory",
     );
     let second = About {

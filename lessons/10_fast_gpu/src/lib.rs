@@ -33,7 +33,7 @@ use gpu::kernel::{
 use gpu::wgsl::{specialise, unroll};
 use ndarray::Array4;
 use reference::{
-    About, AttentionError, AttentionOptions, AttentionOutput, AttentionShape, Kind, Storage,
+    About, AttentionError, AttentionOptions, AttentionOutput, AttentionShape, Device, Storage,
     Tolerance,
 };
 
@@ -379,7 +379,7 @@ impl SpecialisedTiles {
         kv_rows * (head_dim + 8) * 2 + rows * (keys + 4) * 4 + rows * (keys + 8) * 2 + rows * 4 + 16
     }
 
-    /// The tiles measured fastest on an H100 at `head_dim` (examples/tune.rs, 2026-11-25),
+    /// The tiles measured fastest on an H100 at `head_dim` (lab/src/bin/tune.rs, 2026-11-25),
     /// then smaller ones, the first that fits `device`.
     pub fn for_device(device: &wgpu::Device, head_dim: usize) -> Result<Self, AttentionError> {
         let tiles = |subgroups, row_tiles, block_kv, prefetch| SpecialisedTiles {
@@ -448,7 +448,7 @@ pub struct PipelinedTiles {
 }
 
 /// Parts of version 5's, 6's or 10's work left out, to measure what each costs
-/// (examples/tune.rs); any but [`LeaveOut::NOTHING`] gives a wrong answer.
+/// (lab/src/bin/tune.rs); any but [`LeaveOut::NOTHING`] gives a wrong answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LeaveOut(pub u32);
 
@@ -507,7 +507,7 @@ impl PipelinedTiles {
             + 16
     }
 
-    /// The tiles measured fastest on an H100 at `head_dim` (examples/tune.rs, 2026-11-25),
+    /// The tiles measured fastest on an H100 at `head_dim` (lab/src/bin/tune.rs, 2026-11-25),
     /// then smaller ones, the first that fits `device`.
     pub fn for_device(device: &wgpu::Device, head_dim: usize) -> Result<Self, AttentionError> {
         first_that_fits(device, &Self::preferred(head_dim), |t| t.workgroup_bytes(head_dim))
@@ -531,7 +531,7 @@ impl PipelinedTiles {
     }
 
     /// Version 6's tiles to try at `head_dim`, best first, as measured on an H100
-    /// (2026-11-25, examples/tune.rs at N = 16384: 100 TFLOP/s at D = 64, 93 at D = 128).
+    /// (2026-11-25, lab/src/bin/tune.rs at N = 16384: 100 TFLOP/s at D = 64, 93 at D = 128).
     fn preferred_in_registers(head_dim: usize) -> Vec<Self> {
         let tiles = |subgroups, row_tiles, block_kv| PipelinedTiles {
             subgroups,
@@ -952,7 +952,7 @@ impl ArenaTiles {
             .collect()
     }
 
-    /// The tiles measured fastest at `head_dim` (examples/tune.rs, the keys in order): on an H100
+    /// The tiles measured fastest at `head_dim` (lab/src/bin/tune.rs, the keys in order): on an H100
     /// on 2026-11-26 at D = 64 (16 keys, 159.7 TFLOP/s against 141.9 with 32), on an H100 on
     /// 2026-11-25 and an H200 on 2026-11-26 at D = 128; then smaller ones, the first that fits
     /// `device`.
@@ -1204,7 +1204,7 @@ impl SplitTiles {
     }
 
     /// The tiles to try at `head_dim`, best first (only shapes of [`SplitTiles::tried`]), as
-    /// measured on an H100 (2026-11-26, examples/tune.rs at N = 4096 and 16384): 4 subgroups
+    /// measured on an H100 (2026-11-26, lab/src/bin/tune.rs at N = 4096 and 16384): 4 subgroups
     /// at D = 64 (65.6 and 73.3 TFLOP/s against 60.1 and 67.7 with 8), 8 at D = 128 (66.3 and
     /// 68.0 against 47.3 and 40.6); at D = 256 only 4 fit.
     pub fn preferred(head_dim: usize) -> Vec<Self> {
@@ -1895,10 +1895,10 @@ pub fn attention_with_shader(
 // ANCHOR: versions
 /// This lesson's kernel versions, for the course's registry.
 pub fn versions() -> Vec<KernelVersion> {
-    let v1 = About::f32(
+    let v1 = About::forward(
         "v1 register tiles",
         env!("CARGO_PKG_NAME"),
-        Kind::GpuKernel,
+        Device::Gpu,
         "each thread a 4 x 4 block of scores: 8 multiply-adds per number read, not 1",
     );
     let v2 = About {

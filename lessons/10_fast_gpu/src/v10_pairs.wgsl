@@ -37,7 +37,7 @@
 // about 256 workgroups ran at 156.3 TFLOP/s against 143.8 at D = 128 and N = 4096, and 178.1
 // against 168.2 at 16384 (the keys rotated both times; an H100, 2026-11-27, one tune run).
 //
-// LEAVE_OUT is for measurements only (examples/tune.rs, `--ablate v10`), as in version 6:
+// LEAVE_OUT is for measurements only (lab/src/bin/tune.rs, `--ablate v10`), as in version 6:
 // each bit removes one part of the work, so that the time it costs can be read off.
 //
 // Layout: Q, K, V [slices, N, CHUNKS] of vec4<f16>, O [slices, Nq, CHUNKS] of vec4<f32>, rows

@@ -22,13 +22,13 @@
 //   - Conflict-free strides: each row of S is padded so that the 2 lanes of a row and the
 //     rows next to each other fall in different memory banks (see the strides below).
 //   - TRANSPOSE_V = 1 stages V transposed, so that the tensor cores read it column-major like
-//     K. Measured on an H100 (examples/tune.rs), it was no faster, so the registered kernel
+//     K. Measured on an H100 (lab/src/bin/tune.rs), it was no faster, so the registered kernel
 //     reads V row-major; the option stays for the comparison.
 //
 // Measured, this version is only 1.3 times version 4 (the chapter's tables): the products
 // themselves, not the barriers, turned out to be what was slow. Version 6 says why.
 //
-// LEAVE_OUT is for measurements only (examples/tune.rs): each bit removes one part of the
+// LEAVE_OUT is for measurements only (lab/src/bin/tune.rs): each bit removes one part of the
 // work so that its cost shows as a difference in time. Every registered kernel has 0; with
 // any other value the output is wrong.
 //

@@ -2,12 +2,12 @@
 // Lesson 10, version 6: every cooperative matrix in registers.
 //
 // What changes from version 5: nothing in the algorithm; only where the fragments live.
-// The driver's own statistics of the compiled kernels (examples/shader_stats.rs) showed
+// The driver's own statistics of the compiled kernels (lab/src/bin/shader_stats.rs) showed
 // versions 4 and 5 with local memory per thread equal, byte for byte, to their arrays of
 // cooperative matrices: at D = 64 with two row tiles, 8 O accumulators x 32 bytes + 8 Q
 // fragments x 16 bytes = 384 bytes. Local memory is backed by device memory: every
 // multiply-add into O read and wrote it. A microbenchmark with the same kind of arrays
-// (examples/primitives.rs) kept them in registers, at 440 to 600 TFLOP/s.
+// (lab/src/bin/primitives.rs) kept them in registers, at 440 to 600 TFLOP/s.
 //
 // Writing the kernel as one function, with no pointer to those arrays, did not change the
 // statistics (measured). What did: the host unrolls every loop marked `// unroll` before the
@@ -25,7 +25,7 @@
 // (The products run in every round: P starts as zeros, so round 0 adds nothing to O, and
 // round T's S is never read.)
 //
-// LEAVE_OUT is for measurements only (examples/tune.rs), as in version 5.
+// LEAVE_OUT is for measurements only (lab/src/bin/tune.rs), as in version 5.
 //
 // Layout: Q, K, V [slices, N, CHUNKS] of vec4<f16>, O [slices, Nq, CHUNKS] of vec4<f32>, rows
 // padded with zeros to a multiple of 16 numbers; L [slices, Nq] of f32.

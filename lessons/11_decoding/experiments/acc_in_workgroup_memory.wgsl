@@ -14,7 +14,7 @@
 //
 // cargo run --release -p lesson11 --example decode_benchmark -- --write-shader k.wgsl \
 //     --shader lessons/11_decoding/experiments/acc_in_workgroup_memory.wgsl --layout 128,1,8,512
-// cargo run --release -p lesson10 --example shader_stats -- --wgsl k.wgsl --entry split_partials
+// cargo run --release -p lab --bin shader_stats -- --wgsl k.wgsl --entry split_partials
 // cargo run --release -p lesson11 --example decode_benchmark -- --tune --batches 1 \
 //     --shader lessons/11_decoding/experiments/acc_in_workgroup_memory.wgsl --layout 128,1,8,512
 // The same command without --shader times the lesson's kernel.

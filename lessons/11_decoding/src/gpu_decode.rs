@@ -13,17 +13,22 @@
 //! over enough workgroups to keep every memory channel busy ([`gpu_splits`]).
 
 use bytemuck::{Pod, Zeroable};
-use gpu::GpuTimer;
 use gpu::buffers::{self, upload};
 use gpu::kernel::{
     Dispatch, bind, check_loop_iterations, compile, launch_repeated, workgroup_count,
 };
+use gpu::version::DecodeKernelVersion;
+use gpu::{Gpu, GpuTimer};
 use half::f16;
 use ndarray::{Array3, Array4, s};
-use reference::{AttentionError, AttentionOptions, AttentionOutput};
+use reference::{
+    About, AttentionError, AttentionOptions, AttentionOutput, Decoder, Device, FilledCache,
+    Storage, Tolerance,
+};
 
 use crate::cache::{Blocks, CacheShape, KeyValues, cache_error};
 use crate::decode::check_decode;
+use crate::versions::contiguous_cache;
 
 /// The WGSL source of both kernels.
 pub const SHADER: &str = include_str!("decode.wgsl");
@@ -702,6 +707,48 @@ fn loop_iterations(
         + keys.div_ceil(lanes) * rows
         + 4 * rows;
     (tiles * per_tile + rows * (lanes + threads + 4) + 2 * rows) as u64
+}
+
+/// The decoding version in WGSL, for the course's registry.
+pub fn versions() -> Vec<DecodeKernelVersion> {
+    let about = About::decode(
+        "decode, WGSL, f16 cache",
+        env!("CARGO_PKG_NAME"),
+        Device::Gpu,
+        "split keys in WGSL over an f16 cache: a workgroup per chunk and group of query heads",
+    )
+    .stored_in(Storage::F16, Tolerance::F16_STORAGE);
+    vec![DecodeKernelVersion::new(about, |gpu| Box::new(OnGpu(gpu)))]
+}
+
+/// Decoding on a GPU: the cache filled on the host, then uploaded in f16 ([`GpuCache`]).
+struct OnGpu(&'static Gpu);
+
+/// A cache on a GPU, ready to decode ([`decode_on`]).
+struct FilledOnGpu {
+    gpu: &'static Gpu,
+    cache: GpuCache,
+}
+
+impl Decoder for OnGpu {
+    fn fill(
+        &self,
+        keys: &[Array3<f32>],
+        values: &[Array3<f32>],
+    ) -> Result<Box<dyn FilledCache>, AttentionError> {
+        let cache = GpuCache::upload(&self.0.device, &contiguous_cache(keys, values)?)?;
+        Ok(Box::new(FilledOnGpu { gpu: self.0, cache }))
+    }
+}
+
+impl FilledCache for FilledOnGpu {
+    fn decode(
+        &self,
+        q: &Array4<f32>,
+        options: &AttentionOptions,
+    ) -> Result<AttentionOutput<f32>, AttentionError> {
+        decode_on(&self.gpu.device, &self.gpu.queue, &self.cache, q, options, None)
+    }
 }
 
 #[cfg(test)]

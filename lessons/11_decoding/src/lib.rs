@@ -17,6 +17,7 @@
 //! * `gpu_decode` (feature `gpu`, on by default): the same in WGSL over an f16 cache: a
 //!   kernel that computes each chunk's partial result for a group of query heads, and one that
 //!   merges them.
+//! * [`versions`](mod@versions): the decoding versions for the course's registry.
 
 pub mod cache;
 pub mod decode;
@@ -24,10 +25,12 @@ pub mod decode;
 pub mod gpu_decode;
 pub mod paged;
 pub mod problem;
+pub mod versions;
 
 pub use cache::{Blocks, KeyValues, KvCache};
 pub use decode::{cpu_splits, decode};
 pub use paged::PagedKvCache;
+pub use versions::versions;
 
 /// Bytes of cache one token takes: a key and a value for each of `kv_heads` heads of
 /// `head_dim` numbers of `bytes` bytes. Grouped heads divide it by `G = Hq / Hkv`.

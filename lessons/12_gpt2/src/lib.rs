@@ -20,6 +20,7 @@
 //! with that.
 
 pub mod checkpoint;
+pub mod checks;
 pub mod config;
 pub mod error;
 #[cfg(feature = "gpu")]

@@ -123,26 +123,21 @@ pub struct Gpt2 {
     pub precision: Precision,
 }
 
-/// How the model computes attention: one of the course's registered forward versions (every
-/// one takes the contract's `[B, H, N, D]` and the bottom-right causal mask).
+/// How the model computes attention: any of the course's forward versions (every one takes
+/// the contract's `[B, H, N, D]` and the bottom-right causal mask).
 pub struct Attention {
     version: ForwardVersion,
 }
 
 impl Attention {
-    /// A registered version.
+    /// A forward version of the course.
     pub fn new(version: ForwardVersion) -> Self {
         Self { version }
     }
 
     /// Lesson 01's naive attention, the baseline every other backend is compared with.
     pub fn naive() -> Self {
-        Self::new(registry::first_cpu_forward("lesson01").expect("lesson 01 is registered"))
-    }
-
-    /// Every registered CPU forward version, in course order.
-    pub fn every_cpu() -> Vec<Self> {
-        registry::cpu_forwards().into_iter().map(Self::new).collect()
+        Self::new(lesson01::versions().remove(0))
     }
 
     /// The version's name, as the registry gives it.

@@ -143,7 +143,7 @@ pub fn memory_hierarchy(generated: &Path) -> Result<String, String> {
 /// tiles each lesson chooses.
 pub fn workgroup_mapping() -> String {
     let tiles09 = lesson09::default_tiles();
-    let v8 = lesson10::ArenaTiles::preferred(64)[0];
+    let v8 = <lesson10::V8 as lesson10::Version>::preferred(64)[0];
     let mut svg = Svg::titled(
         780.0,
         520.0,

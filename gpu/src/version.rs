@@ -32,12 +32,17 @@ impl<Build> GpuVersion<Build> {
     /// Why this version cannot run on `device` (a feature it requires is missing), or `None`.
     pub fn missing_on(&self, device: &wgpu::Device) -> Option<GpuError> {
         let missing = self.requires - device.features();
+        let named = [
+            (
+                wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX,
+                "EXPERIMENTAL_COOPERATIVE_MATRIX (tensor cores)",
+            ),
+            (wgpu::Features::SHADER_F16, "SHADER_F16"),
+            (wgpu::Features::SUBGROUP, "SUBGROUP"),
+        ];
+        let first = named.iter().find(|(feature, _)| missing.contains(*feature));
         (!missing.is_empty()).then(|| GpuError::MissingFeature {
-            feature: if missing.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
-                "EXPERIMENTAL_COOPERATIVE_MATRIX (tensor cores)"
-            } else {
-                "a feature the kernel requires"
-            },
+            feature: first.map_or("a feature the kernel requires", |(_, name)| name),
             needed_for: self.about.name,
         })
     }

@@ -200,13 +200,13 @@ fn gpu_reports() -> Vec<Report> {
             MICRO_TILE_BUGS
                 .iter()
                 .map(|b| {
-                    let micro_tiles = b.plant(lesson10::V7_F32_REGISTERS);
+                    let micro_tiles = b.plant(lesson10::v7_f32_registers::SOURCE);
                     let shader = ex10::Shader { micro_tiles, features: ex10::features::solution() };
                     (b.name.to_string(), b.caught_by, ex10::checks(shader))
                 })
                 .chain(ex10::features::FEATURE_BUGS.iter().map(|b| {
                     let features = b.plant(&ex10::features::solution());
-                    let micro_tiles = lesson10::V7_F32_REGISTERS.to_string();
+                    let micro_tiles = lesson10::v7_f32_registers::SOURCE.to_string();
                     let shader = ex10::Shader { micro_tiles, features };
                     (b.name.to_string(), b.caught_by, ex10::checks(shader))
                 }))

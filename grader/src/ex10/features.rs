@@ -90,10 +90,16 @@ const SOLUTION: [(&str, &str); 3] = [
 /// # Panics
 /// If a change no longer applies: version 7's shader changed and the solution must follow.
 pub fn solution() -> String {
-    SOLUTION.iter().fold(lesson10::V7_F32_REGISTERS.to_string(), |source, (find, replace)| {
-        assert!(source.contains(find), "the solution with features no longer applies: {find:?}");
-        source.replace(find, replace)
-    })
+    SOLUTION.iter().fold(
+        lesson10::v7_f32_registers::SOURCE.to_string(),
+        |source, (find, replace)| {
+            assert!(
+                source.contains(find),
+                "the solution with features no longer applies: {find:?}"
+            );
+            source.replace(find, replace)
+        },
+    )
 }
 
 /// Classic mistakes with a softcap and ALiBi in a base-2 kernel, against [`solution`].

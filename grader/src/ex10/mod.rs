@@ -6,7 +6,7 @@ pub mod mutants;
 
 use std::rc::Rc;
 
-use lesson10::F32Tiles;
+use lesson10::{F32Tiles, V7, Version};
 use ndarray::Array4;
 use proptest::prelude::*;
 use reference::{
@@ -201,7 +201,7 @@ pub fn checks(solution: impl Exercise10 + 'static) -> Vec<Check> {
          v_tile, and write none of them.",
         move || {
             let p = Problem::random(&ProblemSpec::new(2, 2, 150, 170, 64).causal(true), 17);
-            let tiles = fitting(F32Tiles::tried(64)[0], 64)?;
+            let tiles = fitting(V7::tried(64)[0], 64)?;
             let run =
                 || x.attention(&p.q, &p.k, &p.v, &p.options, tiles).map_err(|e| e.to_string());
             let first = run()?;
@@ -240,7 +240,10 @@ impl Exercise10 for Shader {
 /// version 7 with a softcap and ALiBi ([`features::solution`], which lives in the grader: the
 /// book explains the idea without printing it).
 pub fn lesson() -> Shader {
-    Shader { micro_tiles: lesson10::V7_F32_REGISTERS.to_string(), features: features::solution() }
+    Shader {
+        micro_tiles: lesson10::v7_f32_registers::SOURCE.to_string(),
+        features: features::solution(),
+    }
 }
 
 #[cfg(test)]
@@ -286,7 +289,7 @@ mod tests {
 
     #[test]
     fn the_stub_is_the_lesson_without_the_two_functions_bodies() {
-        let lesson = without_the_task(&without_anchor_lines(lesson10::V7_F32_REGISTERS));
+        let lesson = without_the_task(&without_anchor_lines(lesson10::v7_f32_registers::SOURCE));
         assert_eq!(without_the_task(&without_anchor_lines(STUB)), lesson);
         assert!(STUB.starts_with("// NOT STARTED"));
     }

@@ -5,7 +5,7 @@ use crate::ex10;
 use crate::forward::{ONE_KEY, RANDOM, TWO_KEYS};
 use crate::wgsl_mutants::WgslBug;
 
-/// Classic mistakes in register micro-tiles, against `lesson10::V7_F32_REGISTERS`.
+/// Classic mistakes in register micro-tiles, against `lesson10::v7_f32_registers::SOURCE`.
 pub const MICRO_TILE_BUGS: [WgslBug; 7] = [
     WgslBug {
         name: "keys of a thread taken as a block (kg * KEYS_PER_THREAD + j), not interleaved",

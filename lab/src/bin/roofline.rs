@@ -29,10 +29,8 @@
 use bench::plot::{Plot, Scale};
 use bench::report::{Cell, Table, in_workspace};
 use gpu::Gpu;
-use gpu::attention::AttentionKernel;
-use gpu::kernel::Checks;
-use lesson10::{Kernel, Tiles};
-use reference::{AttentionError, Storage};
+use lesson10::Compiled;
+use reference::Storage;
 
 /// The H100 SXM's peaks from NVIDIA's data sheet (dense, no sparsity), and the WGSL
 /// cooperative-matrix peak that `lab/src/bin/primitives.rs` measured on one (2026-11-25).
@@ -41,22 +39,30 @@ const F16_TENSOR_PEAK_TFLOPS: f64 = 989.0;
 const WGSL_TENSOR_PEAK_TFLOPS: f64 = 599.0;
 const MEMORY_TB_PER_S: f64 = 3.35;
 
-type Build = fn(&wgpu::Device, usize) -> Result<Kernel, AttentionError>;
-
-/// Every version by its registered name, built as the registry builds it.
-const VERSIONS: [(&str, Build); 11] = [
-    ("v1 register tiles", Kernel::register_tiles),
-    ("v2 tensor cores", |d, h| Kernel::tensor_cores(d, h, Checks::On)),
-    ("v3 no bounds checks", |d, h| Kernel::tensor_cores(d, h, Checks::Off)),
-    ("v4 specialised", Kernel::specialised),
-    ("v5 pipelined", Kernel::pipelined),
-    ("v6 registers", Kernel::in_registers),
-    ("v7 f32 registers", Kernel::f32_registers),
-    ("v8 arena", Kernel::arena),
-    ("v9 overlap", Kernel::overlap),
-    ("v10 pairs", Kernel::pairs),
-    ("v11 split f32", Kernel::split_f32),
-];
+/// Each version of lesson 10 built as the registry builds it (the first of its preferred tiles
+/// that runs on `device`), with its number, by its registered name; a version that does not
+/// build is said and left out.
+fn as_registered(
+    device: &wgpu::Device,
+    head_dim: usize,
+) -> Vec<(&'static str, u32, Box<dyn Compiled>)> {
+    let mut built: Vec<(&'static str, u32, Box<dyn Compiled>)> = Vec::new();
+    let mut why = Vec::new();
+    for variant in lesson10::every_preferred(head_dim) {
+        let name = variant.about.name;
+        if built.iter().any(|(done, ..)| *done == name) {
+            continue;
+        }
+        match variant.build(device, head_dim) {
+            Ok(kernel) => built.push((name, variant.number, kernel)),
+            Err(e) => why.push((name, e)),
+        }
+    }
+    for (name, e) in why.iter().filter(|(name, _)| built.iter().all(|(done, ..)| done != name)) {
+        println!("{name}: {e}");
+    }
+    built
+}
 
 /// Bytes one slice moves with `rows` query rows per workgroup and rows of Q, K, V and O
 /// padded to `padded_dim` numbers: Q once, K and V once per workgroup, O (f32) and L written
@@ -120,22 +126,18 @@ fn main() -> Result<(), String> {
             Scale::Log10,
         );
         let mut versions = Vec::new();
+        let built = as_registered(&gpu.device, head_dim);
         for (name, tflops) in measured(&csv, n) {
-            let Some((_, build)) = VERSIONS.iter().find(|(v, _)| *v == name) else { continue };
-            let kernel = match build(&gpu.device, head_dim) {
-                Ok(kernel) => kernel,
-                Err(e) => {
-                    println!("{name}: {e}");
-                    continue;
-                }
+            let Some((_, number, kernel)) = built.iter().find(|(v, ..)| *v == name) else {
+                continue;
             };
             let input_bytes = if kernel.storage() == Storage::F16 { 2 } else { 4 };
-            let rows = kernel.tiles().block_q();
+            let rows = kernel.block_q();
             let padded_dim = head_dim.next_multiple_of(kernel.row_alignment());
             let intensity = flops / bytes_per_slice(n, padded_dim, rows, input_bytes);
             // Version 11 reads f32 and runs three f16 products on the tensor cores for each one.
-            let compute = match (kernel.tiles(), input_bytes) {
-                (Tiles::Split(_), _) => WGSL_TENSOR_PEAK_TFLOPS / 3.0,
+            let compute = match (number, input_bytes) {
+                (11, _) => WGSL_TENSOR_PEAK_TFLOPS / 3.0,
                 (_, 2) => WGSL_TENSOR_PEAK_TFLOPS,
                 _ => F32_PEAK_TFLOPS,
             };

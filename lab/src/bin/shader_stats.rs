@@ -24,9 +24,8 @@ use std::ffi::CStr;
 use ash::vk;
 use gpu::Gpu;
 use gpu::kernel::Checks;
-use lesson10::{
-    ArenaTiles, F32Tiles, Kernel, LeaveOut, PipelinedTiles, RegisterTiles, Shader, Tiles,
-};
+use lesson10::tuning::load_choices;
+use lesson10::{Kernel, LeaveOut, Shader, V1, V3, V6, Variant, Version};
 use reference::AttentionError;
 
 /// naga's SPIR-V for `shader`'s entry point `flash_forward`, with the options wgpu uses.
@@ -276,50 +275,34 @@ impl Drop for Vulkan {
     }
 }
 
-/// A kernel to report, built only when it is wanted (compiling every shape takes minutes).
-type Build<'a> = Box<dyn FnOnce() -> Result<Kernel, AttentionError> + 'a>;
+/// A kernel to report: its WGSL, made only when it is wanted (making every shape takes a while).
+type Make<'a> = Box<dyn FnOnce() -> Result<Shader, AttentionError> + 'a>;
 
-/// The kernels to report at `head_dim`, each by its name: version 1 with its largest tiles,
-/// version 3, and every tile shape of versions 4 to 11 that fits the device.
-fn kernels(gpu: &Gpu, head_dim: usize) -> Vec<(String, Build<'_>)> {
+/// The kernels to report at `head_dim`, each by its name: versions 1 and 3 with the tiles they
+/// prefer on the device, and every tile shape of versions 4 to 11 that runs on it.
+fn kernels(gpu: &Gpu, head_dim: usize) -> Vec<(String, Make<'_>)> {
     let device = &gpu.device;
-    let available = device.limits().max_compute_workgroup_storage_size as usize;
-    let v1 = move || {
-        RegisterTiles::for_device(device, head_dim)
-            .and_then(|t| Kernel::register_tiles_with(device, head_dim, t))
+    let as_registered = |variant: Result<Variant, AttentionError>| -> Make<'_> {
+        Box::new(move || variant?.shader(head_dim))
     };
-    let v3 = move || Kernel::tensor_cores(device, head_dim, Checks::Off);
-    let mut all: Vec<(String, Build)> = vec![
-        ("v1 register tiles".to_string(), Box::new(v1)),
-        ("v3 no bounds checks".to_string(), Box::new(v3)),
+    let v1 = Kernel::<V1>::choose(device, head_dim).map(Variant::of::<V1>);
+    let v3 = Kernel::<V3>::choose(device, head_dim).map(Variant::of::<V3>);
+    let mut all: Vec<(String, Make)> = vec![
+        ("v1 register tiles".to_string(), as_registered(v1)),
+        ("v3 no bounds checks".to_string(), as_registered(v3)),
     ];
-    for tiles in Tiles::tensor_core_shapes(head_dim) {
-        if tiles.workgroup_bytes(head_dim) <= available {
-            let build = move || Kernel::with_tiles(device, head_dim, tiles);
-            all.push((tiles.describe(), Box::new(build)));
-        }
-    }
-    for tiles in F32Tiles::tried(head_dim) {
-        let fits = tiles.workgroup_bytes(head_dim) <= available;
-        if fits && tiles.check_subgroups(device).is_ok() {
-            let build = move || Kernel::f32_registers_with(device, head_dim, tiles);
-            all.push((Tiles::F32Registers(tiles).describe(), Box::new(build)));
-        }
-    }
-    // Versions 8's and 9's shapes are among the tensor-core ones above; their other times to
-    // load K and V here.
-    for tiles in ArenaTiles::load_choices(head_dim) {
-        if tiles.workgroup_bytes(head_dim) <= available {
-            for tiles in [Tiles::Arena(tiles), Tiles::Overlap(tiles)] {
-                let build = move || Kernel::with_tiles(device, head_dim, tiles);
-                all.push((tiles.describe(), Box::new(build)));
-            }
+    // Versions 8's and 9's other times to load K and V after every version's shapes.
+    let shapes = lesson10::every_variant(head_dim).into_iter().filter(|v| v.number >= 4);
+    for variant in shapes.chain(load_choices(head_dim)) {
+        if variant.runs_on(device, head_dim) {
+            let name = variant.describe();
+            all.push((name, Box::new(move || variant.shader(head_dim))));
         }
     }
     // Version 6 without parts of its work: which part keeps an array in memory, and how many
     // registers each part takes (the registers decide how many workgroups share a
     // multiprocessor, so leaving a part out can change that too).
-    if let Ok(best) = PipelinedTiles::for_device_in_registers(device, head_dim) {
+    if let Ok(best) = Kernel::<V6>::choose(device, head_dim) {
         for (what, leave_out) in [
             ("rescale", LeaveOut::RESCALE),
             ("output", LeaveOut::OUTPUT),
@@ -329,9 +312,9 @@ fn kernels(gpu: &Gpu, head_dim: usize) -> Vec<(String, Build<'_>)> {
             ("K/V loads", LeaveOut::LOADS),
             ("K/V stores", LeaveOut::STASH),
         ] {
-            let build = move || Kernel::in_registers_with(device, head_dim, best, leave_out);
-            let name = format!("{} without {what}", Tiles::InRegisters(best).describe());
-            all.push((name, Box::new(build)));
+            let variant = Variant::of::<V6>(best).leaving_out(leave_out);
+            let name = format!("{} without {what}", V6::describe(&best));
+            all.push((name, Box::new(move || variant.shader(head_dim))));
         }
     }
     all
@@ -381,14 +364,14 @@ fn main() -> Result<(), String> {
             if !lesson10::selected_by_any(&name, &only) {
                 continue;
             }
-            let kernel = match build() {
-                Ok(kernel) => kernel,
+            let shader = match build() {
+                Ok(shader) => shader,
                 Err(e) => {
                     println!("{name}: not built: {e}");
                     continue;
                 }
             };
-            let result = spirv(kernel.shader())
+            let result = spirv(&shader)
                 .and_then(|words| vulkan.statistics(&words, c"flash_forward", &ATTENTION_BINDINGS));
             match result {
                 Ok(Compiled { statistics: lines, representations, cache }) => {

@@ -1,14 +1,12 @@
 //! How the tensor-core versions were tuned, and where their time goes.
 //!
-//! 1. Every tile shape of versions 4 to 6 and 8 to 10 ([`Tiles::tensor_core_shapes`], with
-//!    version 8's and 9's other times to load K and V) and of the f32 version 7
-//!    ([`F32Tiles::tried`]), each validated against the f64 oracle, then timed at large N
-//!    with and without the causal mask, versions 3 and 1 beside them as the baselines. The
-//!    fastest per head dimension is what `SpecialisedTiles::for_device`,
-//!    `PipelinedTiles::for_device`, `ArenaTiles::for_device` and `F32Tiles::for_device` try
-//!    first.
+//! 1. Every tile shape of versions 4 to 11 (`lesson10::every_variant`, with version 8's and
+//!    9's other times to load K and V, `lesson10::tuning::load_choices`), each validated
+//!    against the f64 oracle, then timed at large N with and without the causal mask,
+//!    versions 3 and 1 beside them as the baselines. The fastest per head dimension is what
+//!    each version's `Version::preferred` tries first.
 //! 2. Version 6, or with `--ablate v10` version 10, with parts of its work left out
-//!    ([`LeaveOut`]): the time each part costs is the difference from the whole. Those outputs
+//!    (`LeaveOut`): the time each part costs is the difference from the whole. Those outputs
 //!    are wrong and not validated; they are measurements, never kernels.
 //!
 //! ```text
@@ -35,21 +33,37 @@ use std::sync::Arc;
 use bench::report::{Cell, Table, in_workspace};
 use bench::{Peer, PeerProblem, Repeats};
 use gpu::attention::{AttentionBuffers, AttentionKernel, Prepared, attention_on};
-use gpu::kernel::Checks;
 use gpu::{Gpu, GpuTimer};
-use lesson10::{ArenaTiles, F32Tiles, Kernel, LeaveOut, LoadAt, PairTiles, PipelinedTiles, Tiles};
+use lesson10::tuning::load_choices;
+use lesson10::{Compiled, Kernel, LeaveOut, PipelinedTiles, V1, V3, V6, V10, Variant, Version};
 use reference::Storage;
 use reference::{About, AttentionError, ForwardVersion, Problem, ProblemSpec, Tolerance};
 
-type Build = Arc<dyn Fn(&wgpu::Device, usize) -> Result<Kernel, AttentionError> + Send + Sync>;
+type Build =
+    Arc<dyn Fn(&wgpu::Device, usize) -> Result<Box<dyn Compiled>, AttentionError> + Send + Sync>;
 
 /// A kernel to time: its name, how to build it, whether its output must be right, and the
-/// registered version it is a shape of (whose card sets the format and the tolerance).
+/// card of the version it is a shape of (which sets the format and the tolerance).
 struct Candidate {
     name: String,
     build: Build,
     validated: bool,
-    version: &'static str,
+    about: About,
+}
+
+impl Candidate {
+    /// Version `V` with the tiles it prefers on the device, as registered.
+    fn registered<V: Version>() -> Self {
+        let build: Build = Arc::new(|device, d| Ok(Box::new(Kernel::<V>::new(device, d)?)));
+        Candidate { name: V::about().name.into(), build, validated: true, about: V::about() }
+    }
+
+    /// `variant`, named `name`; its output is checked unless parts of its work are left out.
+    fn of(variant: Variant, name: String) -> Self {
+        let (about, validated) = (variant.about, !variant.leaves_out_work());
+        let build: Build = Arc::new(move |device, d| variant.build(device, d));
+        Candidate { name, build, validated, about }
+    }
 }
 
 /// Which kernel the parts are left out of (`--ablate`).
@@ -65,56 +79,25 @@ enum Ablate {
     Nothing,
 }
 
-/// Versions 3 and 1, every tile shape of versions 4 to 11 that fits, and version 6 or 10 with
-/// parts left out (see [`Ablate`]).
+/// Versions 3 and 1, every tile shape of versions 4 to 11 that runs on `device` (with
+/// version 8's and 9's other times to load K and V), and version 6 or 10 with parts left out
+/// (see [`Ablate`]).
 fn candidates(device: &wgpu::Device, head_dim: usize, ablate: Ablate) -> Vec<Candidate> {
-    let available = device.limits().max_compute_workgroup_storage_size as usize;
-    let mut all = vec![Candidate {
-        name: "v3 no bounds checks".into(),
-        build: Arc::new(|device, d| Kernel::tensor_cores(device, d, Checks::Off)),
-        validated: true,
-        version: "v3 no bounds checks",
-    }];
-    all.push(Candidate {
-        name: "v1 register tiles".into(),
-        build: Arc::new(Kernel::register_tiles),
-        validated: true,
-        version: "v1 register tiles",
-    });
-    let f32_shapes =
-        F32Tiles::tried(head_dim).into_iter().filter(|t| t.check_subgroups(device).is_ok());
-    // Version 8's shapes are among the tensor-core ones; its other load timings beside them.
-    let loads = ArenaTiles::load_choices(head_dim).into_iter().map(Tiles::Arena);
-    // Version 9 reads K and V where they are staged or at the start of their phase.
-    let early = |t: ArenaTiles| Tiles::Overlap(ArenaTiles { load_at: LoadAt::Products, ..t });
-    let loads = loads.chain(ArenaTiles::tried(head_dim).into_iter().map(early));
-    let shapes = Tiles::tensor_core_shapes(head_dim)
-        .into_iter()
-        .chain(f32_shapes.map(Tiles::F32Registers))
-        .chain(loads);
-    for tiles in shapes {
-        if tiles.workgroup_bytes(head_dim) <= available {
-            all.push(Candidate {
-                name: tiles.describe(),
-                build: Arc::new(move |device, d| Kernel::with_tiles(device, d, tiles)),
-                validated: true,
-                version: tiles.version(),
-            });
+    let mut all = vec![Candidate::registered::<V3>(), Candidate::registered::<V1>()];
+    let shapes = lesson10::every_variant(head_dim).into_iter().filter(|v| v.number >= 4);
+    for variant in shapes.chain(load_choices(head_dim)) {
+        if variant.runs_on(device, head_dim) {
+            all.push(Candidate::of(variant.clone(), variant.describe()));
         }
     }
-    let fits = |t: &PipelinedTiles| t.workgroup_bytes(head_dim) <= available;
-    let wanted = match ablate {
+    let best = match ablate {
         Ablate::Nothing => return all,
         Ablate::Pairs => {
             all.extend(pairs_left_out(device, head_dim));
             return all;
         }
-        Ablate::Tiles(tiles) => Some(tiles),
-        Ablate::Chosen => None,
-    };
-    let best = match wanted.filter(fits) {
-        Some(tiles) => tiles,
-        None => match PipelinedTiles::for_device_in_registers(device, head_dim) {
+        Ablate::Tiles(tiles) if Variant::of::<V6>(tiles).runs_on(device, head_dim) => tiles,
+        Ablate::Tiles(_) | Ablate::Chosen => match Kernel::<V6>::choose(device, head_dim) {
             Ok(tiles) => tiles,
             Err(_) => return all,
         },
@@ -131,15 +114,17 @@ fn candidates(device: &wgpu::Device, head_dim: usize, ablate: Ablate) -> Vec<Can
         ("QK^T, PV", LeaveOut::SCORES.and(LeaveOut::VALUES)),
         ("all but the products", LeaveOut::SOFTMAX.and(LeaveOut::STORE_S).and(LeaveOut::STAGING)),
     ];
-    for (what, leave_out) in parts {
-        all.push(Candidate {
-            name: format!("{} without {what}", Tiles::InRegisters(best).describe()),
-            build: Arc::new(move |device, d| Kernel::in_registers_with(device, d, best, leave_out)),
-            validated: false,
-            version: "v6 registers",
-        });
-    }
+    all.extend(left_out(Variant::of::<V6>(best), &parts));
     all
+}
+
+/// `variant` with each of `parts` left out, named `... without PART`.
+fn left_out(variant: Variant, parts: &[(&str, LeaveOut)]) -> Vec<Candidate> {
+    let name = variant.describe();
+    let with = |&(what, leave_out): &(&str, LeaveOut)| {
+        Candidate::of(variant.clone().leaving_out(leave_out), format!("{name} without {what}"))
+    };
+    parts.iter().map(with).collect()
 }
 
 /// Version 10's chosen tiles with each part [`LeaveOut::IN_VERSION_10`] offers left out, two
@@ -147,7 +132,7 @@ fn candidates(device: &wgpu::Device, head_dim: usize, ablate: Ablate) -> Vec<Can
 /// products, the barriers, the fragments read from workgroup memory and the staging stores);
 /// none if version 10 does not fit `device`.
 fn pairs_left_out(device: &wgpu::Device, head_dim: usize) -> Vec<Candidate> {
-    let Ok(tiles) = PairTiles::for_device(device, head_dim.next_multiple_of(32)) else {
+    let Ok(tiles) = Kernel::<V10>::choose(device, head_dim) else {
         return Vec::new();
     };
     let parts = [
@@ -160,18 +145,7 @@ fn pairs_left_out(device: &wgpu::Device, head_dim: usize) -> Vec<Candidate> {
         ("QK^T, PV", LeaveOut::SCORES.and(LeaveOut::VALUES)),
         ("all but the products", LeaveOut::SOFTMAX.and(LeaveOut::STORE_S).and(LeaveOut::LOADS)),
     ];
-    let name = Tiles::Pairs(tiles).describe();
-    parts
-        .into_iter()
-        .map(|(what, leave_out)| Candidate {
-            name: format!("{name} without {what}"),
-            build: Arc::new(move |device, d| {
-                Kernel::pairs_leaving_out(device, d, tiles, leave_out)
-            }),
-            validated: false,
-            version: "v10 pairs",
-        })
-        .collect()
+    left_out(Variant::of::<V10>(tiles), &parts)
 }
 
 /// Median GPU seconds of `kernel` on the uploaded problem `io`; with `tolerance`, its output's
@@ -288,12 +262,6 @@ fn main() -> Result<(), String> {
     let gpu = Gpu::shared().map_err(|e| e.to_string())?;
     let timer = GpuTimer::new(&gpu.device, &gpu.queue).map_err(|e| e.to_string())?;
     println!("Device: {}; {}", gpu.describe(), bench::Machine::this().date);
-    // What the oracle and the tolerance assume: the card of the version a kernel belongs to.
-    let versions = lesson10::versions();
-    let card_for = |name: &str| {
-        let card = versions.iter().find(|v| v.about.name == name).map(|v| v.about);
-        card.ok_or(format!("{name} is not a registered version"))
-    };
 
     for head_dim in head_dims {
         // 1. Every candidate that must be right is checked on small problems first.
@@ -301,12 +269,11 @@ fn main() -> Result<(), String> {
             ProblemSpec::new(1, 2, 333, 333, head_dim),
             ProblemSpec::new(1, 2, 200, 333, head_dim).causal(true),
         ];
-        let mut built: Vec<(String, Kernel, Option<Tolerance>)> = Vec::new();
+        let mut built: Vec<(String, Box<dyn Compiled>, Option<Tolerance>)> = Vec::new();
         let mut chosen = candidates(&gpu.device, head_dim, ablate);
         chosen.retain(|c| lesson10::selected_by_any(&c.name, &only));
         for candidate in chosen {
-            let Candidate { name, build, validated, version } = candidate;
-            let about = card_for(version)?;
+            let Candidate { name, build, validated, about } = candidate;
             let checked = if validated {
                 let name: &'static str = Box::leak(name.clone().into_boxed_str());
                 let build = Arc::clone(&build);
@@ -314,7 +281,7 @@ fn main() -> Result<(), String> {
                     about: About { name, ..about },
                     forward: Box::new(move |q, k, v, o| {
                         let kernel = build(&gpu.device, q.dim().3)?;
-                        attention_on(&gpu.device, &gpu.queue, &kernel, q, k, v, o)
+                        attention_on(&gpu.device, &gpu.queue, kernel.as_ref(), q, k, v, o)
                     }),
                 };
                 bench::validate(&forward, &specs)
@@ -349,13 +316,20 @@ fn main() -> Result<(), String> {
                 let format = (kernel.storage(), kernel.row_alignment());
                 if !uploads.iter().any(|(f, _)| *f == format) {
                     let p = &problem;
-                    let io =
-                        AttentionBuffers::upload(&gpu.device, kernel, &p.q, &p.k, &p.v, &p.options)
-                            .map_err(|e| e.to_string())?;
+                    let io = AttentionBuffers::upload(
+                        &gpu.device,
+                        kernel.as_ref(),
+                        &p.q,
+                        &p.k,
+                        &p.v,
+                        &p.options,
+                    )
+                    .map_err(|e| e.to_string())?;
                     uploads.push((format, io));
                 }
                 let io = &uploads.iter().find(|(f, _)| *f == format).expect("uploaded").1;
                 let repeats = Repeats::new(3, 10);
+                let kernel: &dyn AttentionKernel = kernel.as_ref();
                 let result = time(gpu, &timer, kernel, (&problem, io), *tolerance, repeats);
                 if let Err(e) = &result {
                     println!("{name}, N={n}, Nkv={kv}, causal={causal}: {e}");

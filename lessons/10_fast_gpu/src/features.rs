@@ -24,7 +24,7 @@ use ndarray::Array4;
 use reference::features::{Feature, Features};
 use reference::{AttentionError, AttentionOptions, AttentionOutput, CheckedInputs, check_inputs};
 
-use crate::{F32Tiles, Kernel};
+use crate::{F32Tiles, Kernel, V7};
 
 /// The binding of the features uniform.
 pub const FEATURES_BINDING: u32 = 6;
@@ -61,7 +61,7 @@ pub fn attention_with_features_shader(
 ) -> Result<AttentionOutput<f32>, AttentionError> {
     let CheckedInputs { shape, .. } = check_inputs(q, k, v, options)?;
     features.check_supported(&shape, &[Feature::Softcap, Feature::Alibi])?;
-    let kernel = Kernel::f32_registers_from(device, shape.head_dim, tiles, template, Checks::On)?;
+    let kernel = Kernel::<V7>::from_template(device, shape.head_dim, tiles, template, Checks::On)?;
     let source = tiles.source_from(template, shape.head_dim)?;
     let used = bindings_used(&source, "flash_forward")?;
     if !(used.contains(&FEATURES_BINDING) && used.contains(&SLOPES_BINDING)) {

@@ -59,7 +59,7 @@ const KEY_ORDER: u32 = 0u;           // 0: tiles of K and V in order; 1: rotated
 const SPREAD_TILES: u32 = 4194304u / (4u * BLOCK_KV * HEAD_DIM);
 // 0: workgroup (x, y) takes query tile x of slice y; W > 0: see `assignment`.
 const QUERY_GROUP: u32 = 0u;
-const LEAVE_OUT: u32 = 0u;           // measurements only: see above and `LeaveOut` in lib.rs
+const LEAVE_OUT: u32 = 0u;           // measurements only: see above and `LeaveOut` in tuning.rs
 
 const RUN_SOFTMAX: bool = (LEAVE_OUT & 1u) == 0u;   // 1: no reads of S, exponentials, P
 const RUN_SCORES: bool = (LEAVE_OUT & 2u) == 0u;    // 2: no S = Q K^T (S stored as zeros)

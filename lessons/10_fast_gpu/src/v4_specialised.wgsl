@@ -3,7 +3,7 @@
 //
 // What changes from version 3 (same algorithm, same tensor-core products):
 //   - Constants, not overrides. The host writes HEAD_DIM, BLOCK_KV, SUBGROUPS, ROW_TILES and
-//     PREFETCH into the source before compiling (`specialise` in lib.rs). Every array of
+//     PREFETCH into the source before compiling (`gpu::wgsl::specialise`). Every array of
 //     cooperative matrices then has exactly the size it needs and every loop over them a
 //     constant trip count. Version 2 sized them for the largest head dimension (16
 //     fragments) and indexed them with a pipeline-time bound. (The driver still keeps some

@@ -45,7 +45,7 @@ const BLOCK_KV: u32 = 64u;           // keys per tile: 16, 32 or 64
 const SUBGROUPS: u32 = 4u;           // subgroups of 32 threads per workgroup
 const ROW_TILES: u32 = 1u;           // 16-row query tiles per subgroup: 1 or 2
 const TRANSPOSE_V: u32 = 1u;         // 1: V staged as V^T, read as a column-major B operand
-const LEAVE_OUT: u32 = 0u;           // measurements only: see above and `LeaveOut` in lib.rs
+const LEAVE_OUT: u32 = 0u;           // measurements only: see above and `LeaveOut` in tuning.rs
 
 const RUN_SOFTMAX: bool = (LEAVE_OUT & 1u) == 0u;   // 1: no reads of S, exponentials, P
 const RUN_SCORES: bool = (LEAVE_OUT & 2u) == 0u;    // 2: no S = Q K^T (S stored as zeros)

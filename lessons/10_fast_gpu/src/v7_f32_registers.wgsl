@@ -6,8 +6,8 @@
 // head dimension needs and its loops have trip counts the compiler does not know. Here, as in
 // version 6:
 //   - the host writes the head dimension and the tile shape into the source as constants
-//     (`specialise` in lib.rs), so each array has exactly the size this head dimension needs;
-//   - the host unrolls every loop over those arrays (`unroll` in lib.rs), so every index is a
+//     (`gpu::wgsl::specialise`), so each array has exactly the size this head dimension needs;
+//   - the host unrolls every loop over those arrays (`gpu::wgsl::unroll`), so every index is a
 //     constant and every element can live in a register;
 //   - the 8 threads that share a query row exchange their partial maxima and sums with
 //     subgroup shuffles (`subgroupShuffleXor` with 1, 2 and 4), not through workgroup memory:

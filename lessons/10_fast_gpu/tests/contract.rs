@@ -3,7 +3,10 @@
 //! bodies are the shared ones of `testkit::checks`; only the forward function differs.
 
 use gpu::attention::{KernelVersion, Prepared, attention_on};
-use lesson10::{ArenaTiles, F32Tiles, Kernel, PairTiles, QueryOrder, RegisterTiles, Tiles};
+use lesson10::{
+    ArenaTiles, F32Tiles, Kernel, LeaveOut, PairTiles, QueryOrder, RegisterTiles, TENSOR_CORES, V1,
+    V7, V8, V9, V10, V11, Variant, Version,
+};
 use ndarray::Array4;
 use proptest::prelude::*;
 use reference::{AttentionOptions, Forward, Problem, ProblemSpec, check_output, oracle};
@@ -29,7 +32,7 @@ fn runnable() -> Vec<KernelVersion> {
 fn with_tiles(tiles: RegisterTiles) -> impl Forward {
     let gpu = gpu::for_tests().expect("checked by the test before");
     move |q: &Array4<f32>, k: &Array4<f32>, v: &Array4<f32>, o: &AttentionOptions| {
-        let kernel = Kernel::register_tiles_with(&gpu.device, q.dim().3, tiles)?;
+        let kernel = Kernel::<V1>::with(&gpu.device, q.dim().3, tiles)?;
         attention_on(&gpu.device, &gpu.queue, &kernel, q, k, v, o)
     }
 }
@@ -68,7 +71,7 @@ proptest! {
     ) {
         if gpu::for_tests().is_none() { return Ok(()); }
         let tiles = tiles_for(&case, row_groups, four_keys);
-        let tolerance = lesson10::versions()[0].about.tolerance;
+        let tolerance = V1::about().tolerance;
         check_against_oracle(&with_tiles(tiles), &case, tolerance)
             .map_err(|e| TestCaseError::fail(format!("{tiles:?}: {e}")))?;
         check_heads_independent(&with_tiles(tiles), &case).map_err(TestCaseError::fail)?;
@@ -80,7 +83,7 @@ proptest! {
 fn f32_shapes(head_dim: usize) -> Vec<F32Tiles> {
     let Some(gpu) = gpu::for_tests() else { return Vec::new() };
     let available = gpu.device.limits().max_compute_workgroup_storage_size as usize;
-    let mut shapes = F32Tiles::tried(head_dim);
+    let mut shapes = V7::tried(head_dim);
     shapes.retain(|t| {
         t.workgroup_bytes(head_dim) <= available && t.check_subgroups(&gpu.device).is_ok()
     });
@@ -89,7 +92,7 @@ fn f32_shapes(head_dim: usize) -> Vec<F32Tiles> {
 
 /// Version 7 with given tiles, on the test device.
 fn with_f32_tiles(tiles: F32Tiles) -> impl Forward {
-    compiled_with(Tiles::F32Registers(tiles))
+    compiled(Variant::of::<V7>(tiles))
 }
 
 proptest! {
@@ -100,7 +103,7 @@ proptest! {
         let shapes = f32_shapes(case.spec.head_dim);
         if shapes.is_empty() { return Ok(()); }
         let tiles = shapes[pick % shapes.len()];
-        let tolerance = lesson10::versions()[0].about.tolerance;
+        let tolerance = V7::about().tolerance;
         check_against_oracle(&with_f32_tiles(tiles), &case, tolerance)
             .map_err(|e| TestCaseError::fail(format!("{tiles:?}: {e}")))?;
         check_heads_independent(&with_f32_tiles(tiles), &case).map_err(TestCaseError::fail)?;
@@ -111,7 +114,7 @@ proptest! {
 /// `head_dims_64_128_256_tails_and_causal_offsets`, at D = 64 and 128.
 #[test]
 fn every_f32_tile_shape_on_tails_and_causal_offsets() {
-    let tolerance = lesson10::versions()[0].about.tolerance;
+    let tolerance = V7::about().tolerance;
     for head_dim in [64, 128] {
         for tiles in f32_shapes(head_dim) {
             let forward = with_f32_tiles(tiles);
@@ -127,33 +130,24 @@ fn every_f32_tile_shape_on_tails_and_causal_offsets() {
     }
 }
 
-/// The version that `tiles` belong to, compiled with them, on the test device.
-fn compiled_with(tiles: Tiles) -> impl Forward {
+/// `variant`, compiled for the problem's head dimension, on the test device.
+fn compiled(variant: Variant) -> impl Forward {
     let gpu = gpu::for_tests().expect("checked by the test before");
     move |q: &Array4<f32>, k: &Array4<f32>, v: &Array4<f32>, o: &AttentionOptions| {
-        let kernel = Kernel::with_tiles(&gpu.device, q.dim().3, tiles)?;
-        attention_on(&gpu.device, &gpu.queue, &kernel, q, k, v, o)
+        let kernel = variant.build(&gpu.device, q.dim().3)?;
+        attention_on(&gpu.device, &gpu.queue, kernel.as_ref(), q, k, v, o)
     }
 }
 
-/// Every tile shape of versions 4 to 11 at `head_dim` that fits the test device, if it has
-/// tensor cores (none on lavapipe).
-fn tensor_core_shapes(head_dim: usize) -> Vec<Tiles> {
+/// Every tile shape of the tensor-core versions at `head_dim` that fits the test device, if it
+/// has tensor cores (none on lavapipe).
+fn tensor_core_shapes(head_dim: usize) -> Vec<Variant> {
     let Some(gpu) = gpu::for_tests().filter(|gpu| gpu.has_tensor_cores()) else {
         return Vec::new();
     };
-    let available = gpu.device.limits().max_compute_workgroup_storage_size as usize;
-    let padded = head_dim.next_multiple_of(16);
-    let mut shapes = Tiles::tensor_core_shapes(padded);
-    shapes.retain(|t| t.workgroup_bytes(padded) <= available);
+    let mut shapes = lesson10::every_variant(head_dim);
+    shapes.retain(|v| v.requires.contains(TENSOR_CORES) && v.fits(&gpu.device, head_dim));
     shapes
-}
-
-/// The tolerance of the version `tiles` belong to: f16 storage with P rounded to f16 for
-/// versions 4 to 10, f32 split into pairs of f16s for version 11.
-fn tolerance_of(tiles: Tiles) -> reference::Tolerance {
-    let version = lesson10::versions().into_iter().find(|v| v.about.name == tiles.version());
-    version.expect("registered").about.tolerance
 }
 
 proptest! {
@@ -163,9 +157,10 @@ proptest! {
     fn tensor_core_tiles_match_the_oracle_for_any_tiles(case in cases(ShapeLimits::GPU), pick: usize) {
         let shapes = tensor_core_shapes(case.spec.head_dim);
         if shapes.is_empty() { return Ok(()); }
-        let tiles = shapes[pick % shapes.len()];
-        check_against_oracle(&compiled_with(tiles), &case, tolerance_of(tiles))
-            .map_err(|e| TestCaseError::fail(format!("{}: {e}", tiles.describe())))?;
+        let variant = shapes[pick % shapes.len()].clone();
+        let tolerance = variant.about.tolerance;
+        check_against_oracle(&compiled(variant.clone()), &case, tolerance)
+            .map_err(|e| TestCaseError::fail(format!("{}: {e}", variant.describe())))?;
     }
 }
 
@@ -178,10 +173,10 @@ fn tensor_core_tiles_rescale_correctly() {
     for head_dim in [64, 96, 128, 256] {
         for p in [growing_scores(head_dim), one_late_jump(head_dim)] {
             let expected = oracle::expected(&p.q, &p.k, &p.v, &p.options).unwrap();
-            for tiles in tensor_core_shapes(head_dim) {
-                let out = run(&compiled_with(tiles), &p).unwrap();
-                check_output(&out, &expected, tolerance_of(tiles))
-                    .unwrap_or_else(|e| panic!("{}, D={head_dim}: {e}", tiles.describe()));
+            for variant in tensor_core_shapes(head_dim) {
+                let out = run(&compiled(variant.clone()), &p).unwrap();
+                check_output(&out, &expected, variant.about.tolerance)
+                    .unwrap_or_else(|e| panic!("{}, D={head_dim}: {e}", variant.describe()));
             }
         }
     }
@@ -212,26 +207,17 @@ fn head_dims_64_128_256_tails_and_causal_offsets() {
 #[test]
 fn every_tensor_core_tile_shape_on_tails_and_causal_offsets() {
     for head_dim in [64, 128] {
-        for tiles in tensor_core_shapes(head_dim) {
-            let forward = compiled_with(tiles);
+        for variant in tensor_core_shapes(head_dim) {
+            let forward = compiled(variant.clone());
             for (q_len, kv_len) in [(65, 33), (33, 65), (1, 97), (97, 1)] {
                 for causal in [false, true] {
                     let spec = ProblemSpec::new(1, 2, q_len, kv_len, head_dim).causal(causal);
                     let case = Case { spec, seed: 4 };
-                    check_against_oracle(&forward, &case, tolerance_of(tiles))
-                        .unwrap_or_else(|e| panic!("{}, {case:?}: {e}", tiles.describe()));
+                    check_against_oracle(&forward, &case, variant.about.tolerance)
+                        .unwrap_or_else(|e| panic!("{}, {case:?}: {e}", variant.describe()));
                 }
             }
         }
-    }
-}
-
-/// Keys per tile of versions 8 to 10.
-fn keys_per_tile(tiles: Tiles) -> usize {
-    match tiles {
-        Tiles::Arena(t) | Tiles::Overlap(t) => t.block_kv,
-        Tiles::Pairs(t) => t.block_kv,
-        other => panic!("{}: not version 8, 9 or 10", other.describe()),
     }
 }
 
@@ -245,36 +231,36 @@ fn keys_per_tile(tiles: Tiles) -> usize {
 #[test]
 fn orders_of_work_over_several_query_tiles_and_slices() {
     let Some(gpu) = gpu::for_tests().filter(|gpu| gpu.has_tensor_cores()) else { return };
-    // The tiles each version takes on this device, in `query_order`.
+    // The tiles each version takes on this device, in `query_order`, with their keys per tile.
     let tiles_at = |head_dim: usize, query_order: QueryOrder| {
-        let arena = ArenaTiles::for_device(&gpu.device, head_dim).unwrap();
-        let pairs = PairTiles::for_device(&gpu.device, head_dim).unwrap();
+        let arena = Kernel::<V8>::choose(&gpu.device, head_dim).unwrap();
+        let pairs = Kernel::<V10>::choose(&gpu.device, head_dim).unwrap();
         let arena = ArenaTiles { query_order, ..arena };
+        let pairs = PairTiles { query_order, ..pairs };
         [
-            Tiles::Arena(arena),
-            Tiles::Overlap(arena),
-            Tiles::Pairs(PairTiles { query_order, ..pairs }),
+            (Variant::of::<V8>(arena), arena.block_kv),
+            (Variant::of::<V9>(arena), arena.block_kv),
+            (Variant::of::<V10>(pairs), pairs.block_kv),
         ]
     };
     let grouped = QueryOrder::LongestFirst { workgroups: 10 };
-    for tiles in tiles_at(64, grouped) {
-        let q_len = 4 * tiles.block_q() + 9; // 5 query tiles, so 2 slices a group of 10
+    for (variant, _) in tiles_at(64, grouped) {
+        let q_len = 4 * variant.block_q() + 9; // 5 query tiles, so 2 slices a group of 10
         for kv_len in [q_len + 40, q_len - 200] {
             let spec = ProblemSpec::new(1, 5, q_len, kv_len, 64).causal(true);
             let case = Case { spec, seed: 5 };
-            check_against_oracle(&compiled_with(tiles), &case, tolerance_of(tiles))
-                .unwrap_or_else(|e| panic!("{}, {case:?}: {e}", tiles.describe()));
+            check_against_oracle(&compiled(variant.clone()), &case, variant.about.tolerance)
+                .unwrap_or_else(|e| panic!("{}, {case:?}: {e}", variant.describe()));
         }
     }
     let (head_dim, kv_len): (usize, usize) = (256, 4096 + 48);
-    for tiles in tiles_at(head_dim, QueryOrder::AsLaunched) {
-        let keys = keys_per_tile(tiles);
+    for (variant, keys) in tiles_at(head_dim, QueryOrder::AsLaunched) {
         let spread_tiles = (4 << 20) / (4 * keys * head_dim);
-        assert!(kv_len.div_ceil(keys) > spread_tiles, "{}: the cap must bind", tiles.describe());
-        let spec = ProblemSpec::new(1, 2, 3 * tiles.block_q() + 5, kv_len, head_dim);
+        assert!(kv_len.div_ceil(keys) > spread_tiles, "{}: the cap must bind", variant.describe());
+        let spec = ProblemSpec::new(1, 2, 3 * variant.block_q() + 5, kv_len, head_dim);
         let case = Case { spec, seed: 6 };
-        check_against_oracle(&compiled_with(tiles), &case, tolerance_of(tiles))
-            .unwrap_or_else(|e| panic!("{}, {case:?}: {e}", tiles.describe()));
+        check_against_oracle(&compiled(variant.clone()), &case, variant.about.tolerance)
+            .unwrap_or_else(|e| panic!("{}, {case:?}: {e}", variant.describe()));
     }
 }
 
@@ -389,12 +375,12 @@ fn every_version_rejects_bad_input() {
 fn what_a_kernel_cannot_run_is_an_error() {
     let Some(gpu) = gpu::for_tests() else { return };
     let device = &gpu.device;
-    let err = Kernel::register_tiles(device, 257).err().expect("D = 257 is refused");
+    let err = Kernel::<V1>::new(device, 257).err().expect("D = 257 is refused");
     assert_eq!(err, reference::AttentionError::UnsupportedHeadDim { head_dim: 257, max: 256 });
     let huge = RegisterTiles { row_groups: 64, keys_per_thread: 4 };
-    let err = Kernel::register_tiles_with(device, 256, huge).err().expect("too large");
+    let err = Kernel::<V1>::with(device, 256, huge).err().expect("too large");
     assert!(matches!(err, reference::AttentionError::TilesDoNotFit { .. }), "{err}");
-    let kernel = Kernel::register_tiles(device, 32).unwrap();
+    let kernel = Kernel::<V1>::new(device, 32).unwrap();
     let p = Problem::random(&ProblemSpec::new(1, 1, 3, 3, 16), 0);
     let err = attention_on(device, &gpu.queue, &kernel, &p.q, &p.k, &p.v, &p.options).unwrap_err();
     assert!(err.to_string().contains("compiled for head_dim = 32"), "{err}");
@@ -442,10 +428,10 @@ fn lavapipe_loop_limit_is_refused_for_f32_registers_too() {
 
 #[test]
 fn every_barrier_is_in_uniform_control_flow() {
-    gpu::uniformity::check_barriers(lesson10::V1_REGISTER_TILES).unwrap();
-    for tiles in F32Tiles::tried(64) {
-        gpu::uniformity::check_barriers(&tiles.source(64).unwrap())
-            .unwrap_or_else(|e| panic!("{tiles:?}: {e}"));
+    gpu::uniformity::check_barriers(lesson10::v1_register_tiles::SOURCE).unwrap();
+    for tiles in V7::tried(64) {
+        let source = V7::shader(&tiles, 64, LeaveOut::NOTHING).unwrap().source;
+        gpu::uniformity::check_barriers(&source).unwrap_or_else(|e| panic!("{tiles:?}: {e}"));
     }
 }
 
@@ -472,7 +458,7 @@ fn f32_registers_refuse_subgroups_that_would_mix_rows() {
 fn version_11_refuses_an_input_that_f16_cannot_hold() {
     let Some(gpu) = gpu::for_tests().filter(|gpu| gpu.has_tensor_cores()) else { return };
     let p = Problem::random(&ProblemSpec::new(1, 1, 17, 17, 64), 5);
-    let kernel = Kernel::split_f32(&gpu.device, 64).unwrap();
+    let kernel = Kernel::<V11>::new(&gpu.device, 64).unwrap();
     let mut v = p.v.clone();
     v[[0, 0, 3, 5]] = 70000.0;
     let err = attention_on(&gpu.device, &gpu.queue, &kernel, &p.q, &p.k, &v, &p.options)
@@ -482,8 +468,7 @@ fn version_11_refuses_an_input_that_f16_cannot_hold() {
     v[[0, 0, 3, 5]] = 65504.0;
     let expected = oracle::expected(&p.q, &p.k, &v, &p.options).unwrap();
     let out = attention_on(&gpu.device, &gpu.queue, &kernel, &p.q, &p.k, &v, &p.options).unwrap();
-    let tolerance = tolerance_of(kernel.tiles());
-    check_output(&out, &expected, tolerance).unwrap();
+    check_output(&out, &expected, V11::about().tolerance).unwrap();
 }
 
 /// Version 11 on values below f16's smallest normal number (2^-14, here about 1e-5) and equal
@@ -496,7 +481,7 @@ fn version_11_keeps_values_below_f16s_normal_range() {
     p.q.fill(0.0);
     p.v.mapv_inplace(|x| x * 1e-5);
     let expected = oracle::expected(&p.q, &p.k, &p.v, &p.options).unwrap();
-    let kernel = Kernel::split_f32(&gpu.device, 64).unwrap();
+    let kernel = Kernel::<V11>::new(&gpu.device, 64).unwrap();
     let out = attention_on(&gpu.device, &gpu.queue, &kernel, &p.q, &p.k, &p.v, &p.options).unwrap();
-    check_output(&out, &expected, tolerance_of(kernel.tiles())).unwrap();
+    check_output(&out, &expected, V11::about().tolerance).unwrap();
 }

@@ -18,3 +18,10 @@
 //! | `forward_time` | lesson 12's GPT-2 forward against PyTorch's |
 //! | `consistency` | lesson 12's GPT-2 with every attention backend, against each other |
 //! | `error_model` | every version's worst error as a fraction of the error model |
+//! | `decode_experiment` | writes one of lesson 11's kept experiments as a shader to time |
+//!
+//! Its library holds what they share: [`patch`], unified diffs applied strictly, and
+//! [`decode_experiments`], lesson 11's experiments as patches of its kernel.
+
+pub mod decode_experiments;
+pub mod patch;

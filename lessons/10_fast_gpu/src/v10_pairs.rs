@@ -122,8 +122,10 @@ impl Version for V10 {
                 all.push(PairTiles { subgroups, block_kv, load_at, key_order, query_order });
             }
         }
-        QueryOrder::tried(all, QueryOrder::two_rounds(1), |t, key_order, query_order| {
-            PairTiles { key_order, query_order, ..t }
+        QueryOrder::tried(all, QueryOrder::two_rounds(1), |t, key_order, query_order| PairTiles {
+            key_order,
+            query_order,
+            ..t
         })
     }
 

@@ -77,7 +77,8 @@ impl Version for V11 {
     const ROW_ALIGNMENT: usize = 16;
 
     fn about() -> About {
-        let change = "f32 inputs as two f16s each on the tensor cores: three products for every one";
+        let change =
+            "f32 inputs as two f16s each on the tensor cores: three products for every one";
         About { name: "v11 split f32", change, ..V1::about() }
             .stored_in(Storage::F32, Tolerance::F16_PAIRS)
     }

@@ -49,7 +49,8 @@ impl Version for V2 {
     const ROW_ALIGNMENT: usize = 16;
 
     fn about() -> About {
-        let change = "both matrix products on the tensor cores: f16 inputs, f32 sums, P rounded to f16";
+        let change =
+            "both matrix products on the tensor cores: f16 inputs, f32 sums, P rounded to f16";
         About::forward("v2 tensor cores", env!("CARGO_PKG_NAME"), Device::Gpu, change)
             .stored_in(Storage::F16, Tolerance::F16_STORAGE_AND_WEIGHTS)
     }

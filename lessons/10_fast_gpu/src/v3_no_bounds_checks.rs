@@ -15,7 +15,8 @@ impl Version for V3 {
     const ROW_ALIGNMENT: usize = 16;
 
     fn about() -> About {
-        let change = "v2 compiled without wgpu's run-time bounds checks (its tests prove every index)";
+        let change =
+            "v2 compiled without wgpu's run-time bounds checks (its tests prove every index)";
         About { name: "v3 no bounds checks", change, ..V2::about() }
     }
 

@@ -65,7 +65,8 @@ impl Version for V4 {
     const ROW_ALIGNMENT: usize = 16;
 
     fn about() -> About {
-        let change = "constants for exact fragment arrays, 32 rows per subgroup, next tile prefetched";
+        let change =
+            "constants for exact fragment arrays, 32 rows per subgroup, next tile prefetched";
         About { name: "v4 specialised", change, ..V2::about() }
     }
 

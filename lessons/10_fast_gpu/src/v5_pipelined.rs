@@ -119,8 +119,10 @@ impl Version for V5 {
 
     /// The preferred tiles, and the others with V staged transposed.
     fn tried(head_dim: usize) -> Vec<PipelinedTiles> {
-        let transposed =
-            |subgroups, row_tiles, block_kv| PipelinedTiles { transpose_v: true, ..tiles(subgroups, row_tiles, block_kv) };
+        let transposed = |subgroups, row_tiles, block_kv| PipelinedTiles {
+            transpose_v: true,
+            ..tiles(subgroups, row_tiles, block_kv)
+        };
         let mut all = vec![
             tiles(4, 2, 32),
             tiles(4, 1, 32),
@@ -143,7 +145,11 @@ impl Version for V5 {
         all
     }
 
-    fn check(tiles: &PipelinedTiles, _: &wgpu::Device, head_dim: usize) -> Result<(), AttentionError> {
+    fn check(
+        tiles: &PipelinedTiles,
+        _: &wgpu::Device,
+        head_dim: usize,
+    ) -> Result<(), AttentionError> {
         tiles.check("v5 pipelined", head_dim)
     }
 

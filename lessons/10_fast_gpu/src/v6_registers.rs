@@ -72,10 +72,15 @@ impl Version for V6 {
     }
 
     /// Version 5's rules, with V never transposed.
-    fn check(tiles: &PipelinedTiles, _: &wgpu::Device, head_dim: usize) -> Result<(), AttentionError> {
+    fn check(
+        tiles: &PipelinedTiles,
+        _: &wgpu::Device,
+        head_dim: usize,
+    ) -> Result<(), AttentionError> {
         tiles.check("v6 registers", head_dim)?;
         if tiles.transpose_v {
-            let message = format!("v6 registers: {tiles:?}; expected V row-major (transpose_v false)");
+            let message =
+                format!("v6 registers: {tiles:?}; expected V row-major (transpose_v false)");
             return Err(gpu::GpuError::KernelMisuse(message).into());
         }
         Ok(())

@@ -118,9 +118,9 @@ impl F32Tiles {
         unroll(&specialise(template, &constants)?)
     }
 
-
-    /// Loop iterations one thread runs at most, counted as [`crate::RegisterTiles::loop_iterations`]
-    /// counts them; the unrolled loops are no loops any more.
+    /// Loop iterations one thread runs at most, counted as
+    /// [`crate::RegisterTiles::loop_iterations`] counts them; the unrolled loops are no loops
+    /// any more.
     pub fn loop_iterations(&self, shape: &AttentionShape) -> u64 {
         let chunks = shape.head_dim.div_ceil(4);
         let staging = if self.prefetch {

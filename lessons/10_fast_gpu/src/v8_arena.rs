@@ -80,8 +80,7 @@ impl ArenaTiles {
     pub fn query_passes(&self, head_dim: usize) -> (usize, usize) {
         let subgroup_rows = 16 * self.row_tiles;
         let per_pass = if self.q_in_registers {
-            (self.kvp(head_dim) / (subgroup_rows * kv_stride(head_dim)))
-                .clamp(1, self.subgroups)
+            (self.kvp(head_dim) / (subgroup_rows * kv_stride(head_dim))).clamp(1, self.subgroups)
         } else {
             self.subgroups
         };
@@ -146,8 +145,8 @@ impl Version for V8 {
     const ROW_ALIGNMENT: usize = 16;
 
     fn about() -> About {
-        let change =
-            "K, V and P in one f16 arena (Q passes through it): 8 subgroups fit; loads where staged";
+        let change = "K, V and P in one f16 arena (Q passes through it): 8 subgroups fit; \
+                      loads where staged";
         About { name: "v8 arena", change, ..V2::about() }
     }
 

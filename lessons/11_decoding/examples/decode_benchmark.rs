@@ -15,7 +15,8 @@
 //! ```
 //!
 //! `--shader` tunes (or dissects) an edited copy of `decode.wgsl` instead of the lesson's: a
-//! way to try a change to the kernel (`experiments/` holds four that measured slower).
+//! way to try a change to the kernel (the lab keeps six that measured slower:
+//! `cargo run -p lab --bin decode_experiment` writes one).
 //! `--tune` still checks its answers against the oracle. `--layout
 //! threads,key_steps,pv_steps,scores` tunes that layout alone. `--write-shader` writes the
 //! kernels with the layout's constants set and loops unrolled, as the driver gets them, for

@@ -461,8 +461,9 @@ impl DecodeCall {
     /// the shader, [`KernelShape::check`], or the device's workgroup memory), compiled from
     /// `shader`: [`SHADER`] itself, or another text of it, for measuring what a part of the
     /// kernel costs (the benchmark's `--anatomy` times it with some loads taken out) or trying
-    /// a change (`--tune --shader`). The tests check [`SHADER`] and the kernels of
-    /// `experiments/`; any other text's answers are checked only by the benchmark's `--tune`.
+    /// a change (`--tune --shader`). The tests check [`SHADER`], and the lab's tests the
+    /// experiments it keeps ([`check_kernels`]); any other text's answers are checked only by
+    /// the benchmark's `--tune`.
     #[allow(clippy::too_many_arguments)]
     pub fn with_shader(
         device: &wgpu::Device,
@@ -707,6 +708,37 @@ fn loop_iterations(
         + keys.div_ceil(lanes) * rows
         + 4 * rows;
     (tiles * per_tile + rows * (lanes + threads + 4) + 2 * rows) as u64
+}
+
+/// Each `(label, shader, layout)` (edited copies of [`SHADER`], as the lab's experiments, or
+/// the lesson's at other layouts) against the oracle on one problem: sequences of 1100 and 300
+/// tokens in a paged cache of 32-token blocks, 2 K/V heads of D = 64 shared by `q_heads` query
+/// heads, 3 splits (chunks of several tiles, so that times compare like with like).
+pub fn check_kernels(
+    gpu: &Gpu,
+    q_heads: usize,
+    seed: u64,
+    kernels: &[(&str, &str, KernelShape)],
+) -> Result<(), String> {
+    use crate::problem::{DecodeProblem, DecodeSpec};
+    let lens = vec![1100, 300];
+    let spec =
+        DecodeSpec { q_heads, kv_heads: 2, lens, q_len: 1, head_dim: 64, causal: true, seed };
+    let p = DecodeProblem::random(&spec);
+    let text = |e: AttentionError| e.to_string();
+    let cache = GpuCache::upload(&gpu.device, &p.paged(32, 0).map_err(text)?).map_err(text)?;
+    let keys: Vec<Array3<f32>> = p.keys.iter().map(round_to_f16).collect();
+    let values: Vec<Array3<f32>> = p.values.iter().map(round_to_f16).collect();
+    for &(label, shader, shape) in kernels {
+        let (device, options) = (&gpu.device, p.options());
+        let call = DecodeCall::with_shader(device, &cache, &p.q, &options, Some(3), shape, shader)
+            .map_err(|e| format!("{label} {shape:?}: {e}"))?;
+        call.run(device, &gpu.queue, None, 1).map_err(text)?;
+        let out = call.read(device, &gpu.queue).map_err(text)?;
+        p.check_with(&out, Tolerance::F32, &keys, &values)
+            .map_err(|e| format!("{label} {shape:?}: {e}"))?;
+    }
+    Ok(())
 }
 
 /// The decoding version in WGSL, for the course's registry.

@@ -3,8 +3,8 @@
 //! runs, and the errors.
 
 use lesson11::gpu_decode::{
-    DecodeCall, GpuCache, KernelShape, MAX_HEAD_DIM, MAX_SPLITS, SHADER, decode_on, gpu_splits,
-    kernel_source, kernel_source_with, round_to_f16, rows_per_workgroup,
+    DecodeCall, GpuCache, KernelShape, MAX_HEAD_DIM, MAX_SPLITS, SHADER, check_kernels, decode_on,
+    gpu_splits, kernel_source, kernel_source_with, round_to_f16, rows_per_workgroup,
 };
 use lesson11::problem::{DecodeProblem, DecodeSpec};
 use lesson11::{KvCache, PagedKvCache};
@@ -97,75 +97,14 @@ fn long_paged_chunks_large_logits_and_explicit_scales() {
     }
 }
 
-/// Each `(label, shader, layout)` against the oracle on one problem: sequences of 1100 and 300
-/// tokens in a paged cache of 32-token blocks, 2 K/V heads of D = 64 shared by `q_heads` query
-/// heads, 3 splits (chunks of several tiles).
-fn check_kernels(q_heads: usize, seed: u64, kernels: &[(&str, &str, KernelShape)]) {
-    let Some(gpu) = gpu::for_tests() else { return };
-    let spec = DecodeSpec {
-        q_heads,
-        kv_heads: 2,
-        lens: vec![1100, 300],
-        q_len: 1,
-        head_dim: 64,
-        causal: true,
-        seed,
-    };
-    let p = DecodeProblem::random(&spec);
-    let cache = GpuCache::upload(&gpu.device, &p.paged(32, 0).unwrap()).unwrap();
-    let keys: Vec<Array3<f32>> = p.keys.iter().map(round_to_f16).collect();
-    let values: Vec<Array3<f32>> = p.values.iter().map(round_to_f16).collect();
-    for &(label, shader, shape) in kernels {
-        let options = p.options();
-        let call =
-            DecodeCall::with_shader(&gpu.device, &cache, &p.q, &options, Some(3), shape, shader)
-                .unwrap();
-        call.run(&gpu.device, &gpu.queue, None, 1).unwrap();
-        let out = call.read(&gpu.device, &gpu.queue).unwrap();
-        p.check_with(&out, Tolerance::F32, &keys, &values)
-            .map_err(|e| format!("{label} {shape:?}: {e}"))
-            .unwrap();
-    }
-}
-
 /// Other layouts of the split kernel that fit lavapipe's workgroup memory give the oracle's
 /// answer (larger ones are translated below).
 #[test]
 fn other_kernel_layouts_give_the_oracles_answer() {
     let shapes = [[64, 1, 4, 4096], [64, 2, 8, 512], [128, 1, 8, 4096], [32, 1, 1, 64]];
     let kernels: Vec<_> = shapes.map(|shape| ("decode.wgsl", SHADER, shape.into())).into();
-    check_kernels(4, 8, &kernels);
-}
-
-/// The kernels of `experiments/` (measured slower than the lesson's, kept so that they can be
-/// measured again), each at a layout its header names: they too give the oracle's answer, on
-/// chunks of several tiles, so that their times compare like with like. Every file of the
-/// folder must be here.
-#[test]
-fn the_experiments_give_the_oracles_answer() {
-    macro_rules! experiment {
-        ($name:literal, $layout:expr) => {
-            ($name, include_str!(concat!("../experiments/", $name)), KernelShape::from($layout))
-        };
-    }
-    let experiments = [
-        experiment!("values_before_scores.wgsl", [128, 1, 8, 512]),
-        experiment!("split_dot_products.wgsl", [128, 1, 8, 512]),
-        experiment!("own_softmax_per_thread.wgsl", [32, 2, 16, 256]),
-        experiment!("keys_in_halves.wgsl", [128, 1, 8, 512]),
-        experiment!("acc_in_workgroup_memory.wgsl", [128, 1, 8, 512]),
-        experiment!("acc_and_keys_in_halves.wgsl", [128, 1, 8, 512]),
-    ];
-    let folder = concat!(env!("CARGO_MANIFEST_DIR"), "/experiments");
-    let mut files: Vec<String> = std::fs::read_dir(folder)
-        .unwrap()
-        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    files.sort();
-    let mut named: Vec<String> = experiments.iter().map(|(name, ..)| name.to_string()).collect();
-    named.sort();
-    assert_eq!(files, named, "every file of experiments/ is checked here, at its layout");
-    check_kernels(8, 9, &experiments);
+    let Some(gpu) = gpu::for_tests() else { return };
+    check_kernels(gpu, 4, 8, &kernels).unwrap();
 }
 
 /// Eight query heads per workgroup make tiles of 512 keys: one chunk of 1500 keys takes three

@@ -6,11 +6,7 @@ use ndarray::Array4;
 use proptest::prelude::*;
 use reference::Forward;
 use reference::{AttentionOptions, Problem, ProblemSpec, Tolerance, check_agreement, oracle};
-use testkit::checks::{
-    check_against_oracle, check_heads_independent, check_lse_at_least_row_max,
-    check_rejects_bad_inputs, check_rejects_non_finite_inputs, check_rejects_overflowing_logits,
-    run,
-};
+use testkit::checks::{check_rejects_bad_inputs, check_rejects_overflowing_logits, run};
 use testkit::strategies::{ShapeLimits, cases, config, tile_size};
 
 /// Lesson 03 with fixed tiles, in the shape every stage shares.
@@ -24,13 +20,14 @@ fn tiles() -> impl Strategy<Value = TileSizes> {
     (tile_size(300), tile_size(300)).prop_map(|(br, bc)| TileSizes::new(br, bc).unwrap())
 }
 
-proptest! {
-    #![proptest_config(config(256))]
-
-    #[test]
-    fn matches_the_oracle_for_any_tile_sizes(case in cases(ShapeLimits::CPU), tiles in tiles()) {
-        check_against_oracle(&with_tiles(tiles), &case, Tolerance::F32).map_err(TestCaseError::fail)?;
-    }
+testkit::contract_tests! {
+    forward: |case, tiles| with_tiles(tiles),
+    drawn: tiles(),
+    example: with_tiles(TileSizes::new(2, 3).unwrap()),
+    tolerance: Tolerance::F32,
+    limits: ShapeLimits::CPU,
+    cases: (256, 128, 32),
+    when: true,
 }
 
 proptest! {
@@ -46,10 +43,6 @@ proptest! {
         check_agreement(&out_a, &out_b, &expected, Tolerance::F32).map_err(|e| TestCaseError::fail(format!("{case:?} {a:?} vs {b:?}\n{e}")))?;
     }
 
-    #[test]
-    fn logsumexp_is_at_least_the_row_max(case in cases(ShapeLimits::CPU), tiles in tiles()) {
-        check_lse_at_least_row_max(&with_tiles(tiles), &case, Tolerance::F32).map_err(TestCaseError::fail)?;
-    }
 }
 
 proptest! {
@@ -68,24 +61,11 @@ proptest! {
     }
 }
 
-proptest! {
-    #![proptest_config(config(32))]
-
-    #[test]
-    fn heads_and_batches_are_independent(case in cases(ShapeLimits { seq: 64, ..ShapeLimits::CPU }), tiles in tiles()) {
-        check_heads_independent(&with_tiles(tiles), &case).map_err(TestCaseError::fail)?;
-    }
-}
-
+/// Validation comes before tiling: default tiles and tiles of one row refuse bad input too.
 #[test]
-fn rejects_bad_inputs_with_clear_errors() {
+fn rejects_bad_inputs_with_any_tiles() {
     check_rejects_bad_inputs(&with_tiles(TileSizes::default())).unwrap();
     check_rejects_bad_inputs(&with_tiles(TileSizes::new(1, 3).unwrap())).unwrap();
-}
-
-#[test]
-fn rejects_nan_and_infinities_and_overflowing_logits() {
-    check_rejects_non_finite_inputs(&with_tiles(TileSizes::new(2, 3).unwrap())).unwrap();
     check_rejects_overflowing_logits(&with_tiles(TileSizes::default())).unwrap();
 }
 

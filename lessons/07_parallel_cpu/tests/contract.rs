@@ -6,11 +6,7 @@ use ndarray::Array4;
 use proptest::prelude::*;
 use reference::Forward;
 use reference::{AttentionOptions, Tolerance};
-use testkit::checks::{
-    check_against_oracle, check_heads_independent, check_lse_at_least_row_max,
-    check_rejects_bad_inputs, check_rejects_non_finite_inputs, check_rejects_overflowing_logits,
-    run,
-};
+use testkit::checks::run;
 use testkit::strategies::{ShapeLimits, cases, config, tile_size};
 
 fn with_tiles(tiles: TileSizes) -> impl Forward {
@@ -23,27 +19,20 @@ fn tiles() -> impl Strategy<Value = TileSizes> {
     (tile_size(300), tile_size(300)).prop_map(|(br, bc)| TileSizes::new(br, bc).unwrap())
 }
 
-proptest! {
-    #![proptest_config(config(192))]
-
-    #[test]
-    fn matches_the_oracle_for_any_tile_sizes(case in cases(ShapeLimits::CPU), tiles in tiles()) {
-        check_against_oracle(&with_tiles(tiles), &case, Tolerance::F32).map_err(TestCaseError::fail)?;
-    }
-
-    #[test]
-    fn logsumexp_is_at_least_the_row_max(case in cases(ShapeLimits::CPU), tiles in tiles()) {
-        check_lse_at_least_row_max(&with_tiles(tiles), &case, Tolerance::F32).map_err(TestCaseError::fail)?;
-    }
+testkit::contract_tests! {
+    forward: |case, tiles| with_tiles(tiles),
+    drawn: tiles(),
+    // A NaN in K once dropped its key silently: exp2 clamps NaN to a weight of 0. Tiles of 2
+    // and 3 give tails on both sides.
+    example: with_tiles(TileSizes::new(2, 3).unwrap()),
+    tolerance: Tolerance::F32,
+    limits: ShapeLimits::CPU,
+    cases: (192, 192, 32),
+    when: true,
 }
 
 proptest! {
     #![proptest_config(config(32))]
-
-    #[test]
-    fn heads_and_batches_are_independent(case in cases(ShapeLimits { seq: 64, ..ShapeLimits::CPU }), tiles in tiles()) {
-        check_heads_independent(&with_tiles(tiles), &case).map_err(TestCaseError::fail)?;
-    }
 
     /// Each task computes its tile alone, so one thread or many give identical bits.
     #[test]
@@ -55,18 +44,6 @@ proptest! {
         let shared = four.install(|| run(&with_tiles(tiles), &p)).unwrap();
         prop_assert_eq!(alone, shared);
     }
-}
-
-#[test]
-fn rejects_bad_inputs_with_clear_errors() {
-    check_rejects_bad_inputs(&with_tiles(lesson07::default_tiles())).unwrap();
-}
-
-#[test]
-fn rejects_nan_and_infinities_and_overflowing_logits() {
-    // A NaN in K once dropped its key silently: exp2 clamps NaN to a weight of 0.
-    check_rejects_non_finite_inputs(&with_tiles(TileSizes::new(2, 3).unwrap())).unwrap();
-    check_rejects_overflowing_logits(&with_tiles(lesson07::default_tiles())).unwrap();
 }
 
 #[test]

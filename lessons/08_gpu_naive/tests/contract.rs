@@ -3,15 +3,10 @@
 
 use lesson08::{NaiveAttention, attention_on, score_bytes};
 use ndarray::Array4;
-use proptest::prelude::*;
 use reference::Forward;
 use reference::{AttentionOptions, Problem, ProblemSpec, Tolerance};
-use testkit::checks::{
-    check_against_oracle, check_heads_independent, check_lse_at_least_row_max,
-    check_rejects_bad_inputs, check_rejects_non_finite_inputs, check_rejects_overflowing_logits,
-    run,
-};
-use testkit::strategies::{Case, ShapeLimits, cases, config};
+use testkit::checks::{check_against_oracle, run};
+use testkit::strategies::{Case, ShapeLimits};
 
 /// Lesson 08 on the test device, in the shape every stage shares.
 fn on_gpu() -> impl Forward {
@@ -21,30 +16,12 @@ fn on_gpu() -> impl Forward {
     }
 }
 
-proptest! {
-    #![proptest_config(config(48))]
-
-    #[test]
-    fn matches_the_oracle(case in cases(ShapeLimits::GPU)) {
-        if gpu::for_tests().is_none() { return Ok(()); }
-        check_against_oracle(&on_gpu(), &case, Tolerance::F32).map_err(TestCaseError::fail)?;
-    }
-
-    #[test]
-    fn logsumexp_is_at_least_the_row_max(case in cases(ShapeLimits::GPU)) {
-        if gpu::for_tests().is_none() { return Ok(()); }
-        check_lse_at_least_row_max(&on_gpu(), &case, Tolerance::F32).map_err(TestCaseError::fail)?;
-    }
-}
-
-proptest! {
-    #![proptest_config(config(8))]
-
-    #[test]
-    fn heads_and_batches_are_independent(case in cases(ShapeLimits { seq: 64, ..ShapeLimits::GPU })) {
-        if gpu::for_tests().is_none() { return Ok(()); }
-        check_heads_independent(&on_gpu(), &case).map_err(TestCaseError::fail)?;
-    }
+testkit::contract_tests! {
+    forward: on_gpu(),
+    tolerance: Tolerance::F32,
+    limits: ShapeLimits::GPU,
+    cases: (48, 48, 8),
+    when: gpu::for_tests().is_some(),
 }
 
 /// A causal mask shifted by one, or a row bound that ignores the last key, changes these.
@@ -61,16 +38,6 @@ fn edge_shapes_and_causal_offsets() {
                 .unwrap_or_else(|e| panic!("{case:?}: {e}"));
         }
     }
-}
-
-#[test]
-fn rejects_bad_inputs_with_clear_errors() {
-    if gpu::for_tests().is_none() {
-        return;
-    }
-    check_rejects_bad_inputs(&on_gpu()).unwrap();
-    check_rejects_non_finite_inputs(&on_gpu()).unwrap();
-    check_rejects_overflowing_logits(&on_gpu()).unwrap();
 }
 
 /// The score matrix must fit in one storage buffer binding: a problem whose `S` is one row too

@@ -15,9 +15,7 @@ use reference::{
     check_output, oracle,
 };
 use testkit::checks::{
-    check_against_oracle, check_heads_independent, check_lse_at_least_row_max,
-    check_rejects_bad_inputs, check_rejects_non_finite_inputs, check_rejects_overflowing_logits,
-    run,
+    check_against_oracle, check_rejects_bad_inputs, check_rejects_non_finite_inputs, run,
 };
 use testkit::strategies::{Case, ShapeLimits, cases, config};
 
@@ -49,16 +47,14 @@ fn raw_tiles() -> impl Strategy<Value = (usize, usize)> {
 /// `reference::compare::SAFETY_FACTOR`).
 const TOLERANCE: Tolerance = Tolerance::F32;
 
-proptest! {
-    #![proptest_config(config(48))]
-
-    #[test]
-    fn matches_the_oracle_for_any_tile_sizes(case in cases(ShapeLimits::GPU), (br, bc) in raw_tiles()) {
-        if gpu::for_tests().is_none() { return Ok(()); }
-        let tiles = tiles_for(&case, br, bc);
-        check_against_oracle(&on_gpu(tiles), &case, TOLERANCE)
-            .map_err(|e| TestCaseError::fail(format!("{tiles:?}: {e}")))?;
-    }
+testkit::contract_tests! {
+    forward: |case, (br, bc)| on_gpu(tiles_for(&case, br, bc)),
+    drawn: raw_tiles(),
+    example: on_gpu(lesson09::default_tiles()),
+    tolerance: TOLERANCE,
+    limits: ShapeLimits::GPU,
+    cases: (48, 16, 8),
+    when: gpu::for_tests().is_some(),
 }
 
 proptest! {
@@ -85,21 +81,6 @@ proptest! {
         check_agreement(&out_a, &out_b, &expected, TOLERANCE).map_err(|e| TestCaseError::fail(format!("{a:?} vs {b:?}\n{e}")))?;
     }
 
-    #[test]
-    fn logsumexp_is_at_least_the_row_max(case in cases(ShapeLimits::GPU), (br, bc) in raw_tiles()) {
-        if gpu::for_tests().is_none() { return Ok(()); }
-        check_lse_at_least_row_max(&on_gpu(tiles_for(&case, br, bc)), &case, TOLERANCE).map_err(TestCaseError::fail)?;
-    }
-}
-
-proptest! {
-    #![proptest_config(config(8))]
-
-    #[test]
-    fn heads_and_batches_are_independent(case in cases(ShapeLimits { seq: 64, ..ShapeLimits::GPU }), (br, bc) in raw_tiles()) {
-        if gpu::for_tests().is_none() { return Ok(()); }
-        check_heads_independent(&on_gpu(tiles_for(&case, br, bc)), &case).map_err(TestCaseError::fail)?;
-    }
 }
 
 /// The cases a wrong tail bound or causal offset would get wrong, every run: `Nq` and `Nkv`
@@ -118,16 +99,6 @@ fn tail_tiles_and_causal_offsets() {
                 .unwrap_or_else(|e| panic!("{case:?}: {e}"));
         }
     }
-}
-
-#[test]
-fn rejects_bad_inputs_with_clear_errors() {
-    if gpu::for_tests().is_none() {
-        return;
-    }
-    check_rejects_bad_inputs(&on_gpu(lesson09::default_tiles())).unwrap();
-    check_rejects_non_finite_inputs(&on_gpu(lesson09::default_tiles())).unwrap();
-    check_rejects_overflowing_logits(&on_gpu(lesson09::default_tiles())).unwrap();
 }
 
 #[test]

@@ -48,3 +48,47 @@ pub mod mutants;
 pub mod self_check;
 #[cfg(feature = "gpu")]
 pub mod wgsl_mutants;
+
+/// An exercise the grader checks: its package, and what its self-check runs.
+pub struct Exercise {
+    /// `ex01`, ...
+    pub name: &'static str,
+    /// Its checks on the lesson, the bug-free control and every planted bug.
+    pub self_check: fn() -> self_check::SelfCheck,
+}
+
+/// Every exercise the grader checks, in course order (the GPU exercises with the `gpu`
+/// feature): what the self-check runs and `cargo grade --self-check` reports, checked against
+/// the course manifest's exercises (`course.toml`) by a test.
+pub fn exercises() -> Vec<Exercise> {
+    let exercise = |name, self_check| Exercise { name, self_check };
+    let mut all = vec![
+        exercise("ex01", ex01::self_check),
+        exercise("ex02", ex02::self_check),
+        exercise("ex03", ex03::self_check),
+        exercise("ex04", ex04::self_check),
+        exercise("ex05", ex05::self_check),
+        exercise("ex06", ex06::self_check),
+        exercise("ex07", ex07::self_check),
+    ];
+    #[cfg(feature = "gpu")]
+    all.extend([
+        exercise("ex08", ex08::self_check),
+        exercise("ex09", ex09::self_check),
+        exercise("ex10", ex10::self_check),
+    ]);
+    all.extend([exercise("ex11", ex11::self_check), exercise("ex12", ex12::self_check)]);
+    all
+}
+
+#[cfg(all(test, feature = "gpu"))]
+mod tests {
+    /// The exercises the grader checks are the course manifest's, in its order.
+    #[test]
+    fn the_grader_checks_the_exercises_of_the_manifest() {
+        let checked: Vec<&str> = super::exercises().iter().map(|e| e.name).collect();
+        let listed: Vec<String> =
+            course::lessons().into_iter().filter_map(|l| l.exercise).map(|e| e.package).collect();
+        assert_eq!(checked, listed, "grader::exercises() against course.toml");
+    }
+}

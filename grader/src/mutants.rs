@@ -13,9 +13,9 @@ use ndarray::{Array1, ArrayView1};
 use reference::AttentionShape;
 
 // ANCHOR: planted_bugs
-/// Declares a set of planted bugs: the enum, [`ALL`](crate::ex01::mutants::NaiveBug::ALL) (every variant, listed by
-/// the macro itself, so none can be left out of the self-check) and `caught_by`, the check
-/// meant to catch each one (an exhaustive match).
+/// Declares a set of planted bugs: the enum, and its [`Bug`] implementation: `ALL` (every
+/// variant, listed by the macro itself, so none can be left out of the self-check) and
+/// `caught_by`, the check meant to catch each one (an exhaustive match).
 macro_rules! planted_bugs {
     (
         $(#[$meta:meta])*
@@ -29,12 +29,10 @@ macro_rules! planted_bugs {
             $( $(#[$doc])* $bug, )+
         }
 
-        impl $name {
-            /// Every planted bug of this set.
-            pub const ALL: &'static [Self] = &[$(Self::$bug,)+];
+        impl $crate::mutants::Bug for $name {
+            const ALL: &'static [Self] = &[$(Self::$bug,)+];
 
-            /// The name of the check meant to catch this bug.
-            pub fn caught_by(self) -> &'static str {
+            fn caught_by(self) -> &'static str {
                 match self {
                     $( Self::$bug => $check, )+
                 }
@@ -45,6 +43,15 @@ macro_rules! planted_bugs {
 // ANCHOR_END: planted_bugs
 
 pub(crate) use planted_bugs;
+
+/// A set of planted bugs, as [`planted_bugs!`] declares it.
+pub trait Bug: Copy + PartialEq + std::fmt::Debug + 'static {
+    /// Every planted bug of this set.
+    const ALL: &'static [Self];
+
+    /// The name of the check meant to catch this bug.
+    fn caught_by(self) -> &'static str;
+}
 
 /// An exercise's planted-bug implementation with one bug switched on, or none (the control,
 /// which must pass every check: a mutant is only caught if the control is not).

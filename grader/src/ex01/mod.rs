@@ -212,3 +212,9 @@ pub fn lesson() -> Functions {
         attention_with_features: Box::new(solution::attention_with_features),
     }
 }
+
+/// The self-check: the lesson and the bug-free control pass every check, each planted bug
+/// ([`mutants::NaiveBug`]) fails the check meant to catch it.
+pub fn self_check() -> crate::self_check::SelfCheck {
+    crate::self_check::planted::<mutants::NaiveBug>(checks(lesson()), checks)
+}

@@ -493,3 +493,9 @@ pub fn lesson() -> Functions {
         merge_partials: Box::new(solution::merge_partials),
     }
 }
+
+/// The self-check: the lesson and the bug-free control pass every check, each planted bug
+/// ([`mutants::OnlineBug`]) fails the check meant to catch it.
+pub fn self_check() -> crate::self_check::SelfCheck {
+    crate::self_check::planted::<mutants::OnlineBug>(checks(lesson()), checks)
+}

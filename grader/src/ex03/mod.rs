@@ -390,3 +390,9 @@ pub fn lesson() -> Functions {
         tiles_computed: Box::new(lesson03::tiles_computed),
     }
 }
+
+/// The self-check: the lesson and the bug-free control pass every check, each planted bug
+/// ([`mutants::TiledBug`]) fails the check meant to catch it.
+pub fn self_check() -> crate::self_check::SelfCheck {
+    crate::self_check::planted::<mutants::TiledBug>(checks(lesson()), checks)
+}

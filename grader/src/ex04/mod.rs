@@ -283,3 +283,9 @@ pub fn lesson() -> Functions {
         window_traffic: Box::new(solution::window_traffic),
     }
 }
+
+/// The self-check: the lesson and the bug-free control pass every check, each planted bug
+/// ([`mutants::Flash1Bug`]) fails the check meant to catch it.
+pub fn self_check() -> crate::self_check::SelfCheck {
+    crate::self_check::planted::<mutants::Flash1Bug>(checks(lesson()), checks)
+}

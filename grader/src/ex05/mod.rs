@@ -415,3 +415,9 @@ pub fn lesson() -> Functions {
         ),
     }
 }
+
+/// The self-check: the lesson and the bug-free control pass every check, each planted bug
+/// ([`mutants::BackwardBug`]) fails the check meant to catch it.
+pub fn self_check() -> crate::self_check::SelfCheck {
+    crate::self_check::planted::<mutants::BackwardBug>(checks(lesson()), checks)
+}

@@ -583,3 +583,9 @@ pub fn lesson() -> Functions {
         attention_fp8: Box::new(solution::attention_fp8),
     }
 }
+
+/// The self-check: the lesson and the bug-free control pass every check, each planted bug
+/// ([`mutants::PrecisionBug`]) fails the check meant to catch it.
+pub fn self_check() -> crate::self_check::SelfCheck {
+    crate::self_check::planted::<mutants::PrecisionBug>(checks(lesson()), checks)
+}

@@ -299,3 +299,9 @@ pub fn lesson() -> Functions {
         attention_split_keys: Box::new(solution::attention_split_keys),
     }
 }
+
+/// The self-check: the lesson and the bug-free control pass every check, each planted bug
+/// ([`mutants::ParallelBug`]) fails the check meant to catch it.
+pub fn self_check() -> crate::self_check::SelfCheck {
+    crate::self_check::planted::<mutants::ParallelBug>(checks(lesson()), checks)
+}

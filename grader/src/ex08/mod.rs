@@ -90,3 +90,13 @@ impl Exercise08 for Shader {
 pub fn lesson() -> Shader {
     Shader { naive: lesson08::SHADER.to_string(), dropout: dropout::solution() }
 }
+
+/// The self-check: the lesson's shaders pass every check, and each planted bug, in the
+/// warm-up's shader or in the main task's, fails the check meant to catch it.
+pub fn self_check() -> crate::self_check::SelfCheck {
+    let lesson = [lesson08::SHADER.to_string(), dropout::solution()];
+    let bugs = (&mutants::NAIVE_BUGS[..], &dropout::DROPOUT_BUGS[..]);
+    crate::wgsl_mutants::self_check(lesson, bugs, |[naive, dropout]| {
+        checks(Shader { naive, dropout })
+    })
+}

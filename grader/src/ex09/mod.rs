@@ -249,3 +249,13 @@ impl Exercise09 for Shader {
 pub fn lesson() -> Shader {
     Shader { flash: lesson09::SHADER.to_string(), window: window::solution() }
 }
+
+/// The self-check: the lesson's shaders pass every check, and each planted bug, in the
+/// warm-up's shader or in the main task's, fails the check meant to catch it.
+pub fn self_check() -> crate::self_check::SelfCheck {
+    let lesson = [lesson09::SHADER.to_string(), window::solution()];
+    let bugs = (&mutants::FLASH_BUGS[..], &window::WINDOW_BUGS[..]);
+    crate::wgsl_mutants::self_check(lesson, bugs, |[flash, window]| {
+        checks(Shader { flash, window })
+    })
+}

@@ -246,6 +246,16 @@ pub fn lesson() -> Shader {
     }
 }
 
+/// The self-check: the lesson's shaders pass every check, and each planted bug, in the
+/// warm-up's shader or in the main task's, fails the check meant to catch it.
+pub fn self_check() -> crate::self_check::SelfCheck {
+    let lesson = [lesson10::v7_f32_registers::SOURCE.to_string(), features::solution()];
+    let bugs = (&mutants::MICRO_TILE_BUGS[..], &features::FEATURE_BUGS[..]);
+    crate::wgsl_mutants::self_check(lesson, bugs, |[micro_tiles, features]| {
+        checks(Shader { micro_tiles, features })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     /// The exercise's stub: lesson 10's version 7 with its header and the bodies of the two

@@ -405,3 +405,9 @@ impl SharedCache for SharedPagedCache {
         SharedPagedCache::block_table(self, seq)
     }
 }
+
+/// The self-check: the lesson and the bug-free control pass every check, each planted bug
+/// ([`mutants::DecodingBug`]) fails the check meant to catch it.
+pub fn self_check() -> crate::self_check::SelfCheck {
+    crate::self_check::planted::<mutants::DecodingBug>(checks(lesson()), checks)
+}

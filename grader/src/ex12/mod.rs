@@ -446,3 +446,9 @@ fn bad_batches(x: &impl Exercise12) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// The self-check: the lesson and the bug-free control pass every check, each planted bug
+/// ([`mutants::ModelBug`]) fails the check meant to catch it.
+pub fn self_check() -> crate::self_check::SelfCheck {
+    crate::self_check::planted::<mutants::ModelBug>(checks(lesson()), checks)
+}

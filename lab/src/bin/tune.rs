@@ -26,6 +26,9 @@
 //!                                # PyTorch's SDPA backends timed after the kernels, same sizes
 //! cargo run --release -p lab --bin tune -- --seqs 4096 --kv-lens 4096,16384 --causal no
 //!                                                          # Nq = 4096 against Nkv = 4096, 16384
+//! cargo run --release -p lab --bin tune -- --query-groups 0,256,512 --only "v8;v10" --causal yes
+//!               # versions 8 to 10 with the tiles they choose, the query tiles longest first in
+//!               # groups of each number of workgroups (0: as launched), and nothing else
 //! ```
 
 use std::sync::Arc;
@@ -35,7 +38,10 @@ use bench::{Peer, PeerProblem, Repeats};
 use gpu::attention::{AttentionBuffers, AttentionKernel, Prepared, attention_on};
 use gpu::{Gpu, GpuTimer};
 use lesson10::tuning::load_choices;
-use lesson10::{Compiled, Kernel, LeaveOut, PipelinedTiles, V1, V3, V6, V10, Variant, Version};
+use lesson10::{
+    ArenaTiles, Compiled, Kernel, LeaveOut, PairTiles, PipelinedTiles, QueryOrder, V1, V3, V6, V8,
+    V9, V10, Variant, Version,
+};
 use reference::Storage;
 use reference::{About, AttentionError, ForwardVersion, Problem, ProblemSpec, Tolerance};
 
@@ -116,6 +122,28 @@ fn candidates(device: &wgpu::Device, head_dim: usize, ablate: Ablate) -> Vec<Can
     ];
     all.extend(left_out(Variant::of::<V6>(best), &parts));
     all
+}
+
+/// Versions 8, 9 and 10 with the tiles each chooses on `device`, their query tiles taken in
+/// each order of `groups`: longest first in groups of that many workgroups, 0 as launched
+/// ([`QueryOrder`]).
+fn query_groups(device: &wgpu::Device, head_dim: usize, groups: &[usize]) -> Vec<Candidate> {
+    let order = |w: usize| match w {
+        0 => QueryOrder::AsLaunched,
+        workgroups => QueryOrder::LongestFirst { workgroups },
+    };
+    let mut all = Vec::new();
+    for &w in groups {
+        let query_order = order(w);
+        if let Ok(t) = Kernel::<V8>::choose(device, head_dim) {
+            let t = ArenaTiles { query_order, ..t };
+            all.extend([Variant::of::<V8>(t), Variant::of::<V9>(t)]);
+        }
+        if let Ok(t) = Kernel::<V10>::choose(device, head_dim) {
+            all.push(Variant::of::<V10>(PairTiles { query_order, ..t }));
+        }
+    }
+    all.into_iter().map(|variant| Candidate::of(variant.clone(), variant.describe())).collect()
 }
 
 /// `variant` with each of `parts` left out, named `... without PART`.
@@ -242,6 +270,7 @@ fn main() -> Result<(), String> {
         },
     };
     let columns = bench::report::problem_columns(&seqs, &kv_lens, &masks)?;
+    let groups = list("--query-groups", Vec::new())?;
     let ablate = match args.iter().position(|a| a == "--ablate") {
         Some(i) if args.get(i + 1).map(String::as_str) == Some("none") => Ablate::Nothing,
         Some(i) if args.get(i + 1).map(String::as_str) == Some("v10") => Ablate::Pairs,
@@ -270,7 +299,11 @@ fn main() -> Result<(), String> {
             ProblemSpec::new(1, 2, 200, 333, head_dim).causal(true),
         ];
         let mut built: Vec<(String, Box<dyn Compiled>, Option<Tolerance>)> = Vec::new();
-        let mut chosen = candidates(&gpu.device, head_dim, ablate);
+        let mut chosen = if groups.is_empty() {
+            candidates(&gpu.device, head_dim, ablate)
+        } else {
+            query_groups(&gpu.device, head_dim, &groups)
+        };
         chosen.retain(|c| lesson10::selected_by_any(&c.name, &only));
         for candidate in chosen {
             let Candidate { name, build, validated, about } = candidate;

@@ -65,11 +65,11 @@ pub enum QueryOrder {
     /// workgroups (at least one slice), and in each group the query tiles longest first, the
     /// group's slices in turn: the shortest workgroups end each group and the dispatch. Without
     /// the mask, as launched. With the keys rotated, groups of about two rounds of the
-    /// workgroups an H100 holds at once ran fastest with the mask: version 10 at D = 128 (one
-    /// workgroup on each of 132 multiprocessors) with 256 at 153.4 TFLOP/s against 146.6 as
-    /// launched at N = 4096 and 178.2 against 168.5 at 16384, version 8 at D = 64 (two) with 512
-    /// at 139.3 against 124.6 and 159.8 against 154.1 (one tune run each on an H100,
-    /// 2026-11-27; the chapter's "Longest first, in groups").
+    /// workgroups the GPU holds at once ran fastest with the mask: version 10 at D = 128 (one
+    /// workgroup on each of 132 multiprocessors) with 256 at 149.7 TFLOP/s against 140.4 as
+    /// launched at N = 4096 and 170.6 against 163.6 at 16384, version 8 at D = 64 (two) with 512
+    /// at 139.3 against 124.2 and 156.1 against 151.4 (the lab's `tune --query-groups`, one run
+    /// on an H200, 2026-11-29: the chapter's "Longest first, in groups").
     LongestFirst {
         /// Workgroups in a group: rounded down to whole slices.
         workgroups: usize,

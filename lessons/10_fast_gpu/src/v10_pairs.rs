@@ -100,7 +100,7 @@ impl Version for V10 {
     /// slice; 1.14 and 1.09 on an H100 on 2026-11-27, over at most 4 MiB of K and V), and with
     /// the causal mask the query tiles taken longest first in groups of 256 workgroups
     /// ([`QueryOrder::two_rounds`]: one workgroup of 4 pairs fits a multiprocessor at D = 64
-    /// and 128; groups of 256 were timed at D = 128 only).
+    /// and 128, and 256 was the best group at both on an H200, 2026-11-29).
     fn preferred(_head_dim: usize) -> Vec<PairTiles> {
         let tiles = |subgroups, block_kv| PairTiles {
             subgroups,

@@ -6,7 +6,10 @@
 #   bash book/generate.sh --deterministic  only the outputs that do not depend on the machine
 #   bash book/generate.sh --check          those same outputs, failing if they differ from the
 #                                          committed ones, and every {{#include}} of a missing
-#                                          file or anchor or an anchor no chapter shows (CI)
+#                                          file or anchor or an anchor no chapter shows, and
+#                                          every output no page shows or no command makes (CI)
+#   bash book/generate.sh --gpu            the deterministic outputs and the GPU ones (on a
+#                                          machine with a GPU with tensor cores and PyTorch)
 #
 # Each file starts with the command a learner types. Outputs that contain timings end with the
 # date and the machine they were measured on.
@@ -24,8 +27,10 @@ fi
 
 check=false
 timings=true
+gpu=false
 [[ "${1:-}" == "--check" ]] && check=true && timings=false
 [[ "${1:-}" == "--deterministic" ]] && timings=false
+[[ "${1:-}" == "--gpu" ]] && gpu=true && timings=false
 stale=0
 
 # show NAME SHOWN COMMAND...: write "$ SHOWN" and what COMMAND prints to NAME.txt (or, with
@@ -194,15 +199,108 @@ fi
 if ! $check; then
     cargo run -q --locked -p diagrams
 fi
-# generated/lesson10_*.txt need a GPU with tensor cores (measured on an NVIDIA H100); each
-# file's first line is the command that made it (release binaries built here, run there with
-# PyTorch for the peer). lesson10_sass*.txt need no GPU once `shader_stats --out stats` has
-# brought the driver's caches back: `sass stats` disassembles them (nvdisasm on the PATH).
-# generated/lesson12_forward_time.txt (with figures/12_forward_time.*) and
-# lesson12_consistency_h200.txt were run on an NVIDIA H200 from release binaries built here
-# (`--out $OUT` for the figures), PyTorch on the same machine for the peer; each file's first
-# line is the command, its last the device and date.
-# generated/gpu_benchmark.txt needs a real GPU (it was measured on an NVIDIA H200):
-#   (echo '$ PYTHON=python3 cargo run --release -p lab --bin gpu_benchmark';
-#    PYTHON=python3 cargo run --release -p lab --bin gpu_benchmark) > book/src/generated/gpu_benchmark.txt
+# Outputs measured on a GPU with tensor cores (an NVIDIA H100 or H200), PyTorch beside it for
+# the peers: the release binaries are built on a machine with Rust and run on the GPU. Each
+# file's first line is the command that made it, and the file names the machine and the date;
+# `bash book/generate.sh --gpu` runs every one of those commands again, on a machine that has
+# both. (lesson10_sass*.txt need no GPU once `shader_stats --out stats` has brought the
+# driver's caches back: `sass stats` disassembles them, with nvdisasm on the PATH.)
+gpu_outputs=(
+    gpu_benchmark
+    lesson10_occupancy
+    lesson10_peer_v8
+    lesson10_primitives
+    lesson10_roofline
+    lesson10_sass
+    lesson10_sass_v8
+    lesson10_shader_stats
+    lesson10_side_by_side
+    lesson10_side_by_side_d128
+    lesson10_side_by_side_d128_h200
+    lesson10_side_by_side_d128_small
+    lesson10_side_by_side_d64_h200_cut
+    lesson10_side_by_side_h100_d128
+    lesson10_side_by_side_h100_d128_cap
+    lesson10_side_by_side_h100_d64
+    lesson10_side_by_side_h100_longest_d128
+    lesson10_side_by_side_h100_longest_d64
+    lesson10_side_by_side_h100_repeat
+    lesson10_side_by_side_rotated
+    lesson10_stats_v10
+    lesson10_stats_v8
+    lesson10_stats_v8_d128
+    lesson10_stats_v9
+    lesson10_tune_ablate_v10
+    lesson10_tune_batch
+    lesson10_tune_groups
+    lesson10_tune_kv
+    lesson10_tune_longest_first
+    lesson10_tune_occupancy
+    lesson10_tune_rotation
+    lesson10_tune_spread
+    lesson10_tune_spread_cap
+    lesson10_tune_staging
+    lesson10_tune_v10
+    lesson10_tune_v11
+    lesson10_tune_v6
+    lesson10_tune_v7
+    lesson10_tune_v8
+    lesson10_tune_v8_d128
+    lesson10_tune_v8_d128_passes
+    lesson10_tune_v8_sweep
+    lesson10_tune_v9
+    lesson11_decode_anatomy
+    lesson11_decode_benchmark
+    lesson11_decode_benchmark_h100
+    lesson11_decode_cpu
+    lesson11_decode_tune
+    lesson12_consistency_h200
+    lesson12_forward_time
+)
+if $gpu; then
+    for name in "${gpu_outputs[@]}"; do
+        command=$(head -1 "$out/$name.txt")
+        command=${command#\$ }
+        tmp=$(mktemp)
+        { echo "\$ $command"; bash -c "$command" 2>&1; } >"$tmp"
+        mv "$tmp" "$out/$name.txt"
+    done
+fi
+
+# made_here NAME: whether this script makes NAME: a `show NAME ...` line, a lesson's test list
+# (the loop over the manifest's lessons), or a redirect to "$out/NAME.md"
+made_here() {
+    local script=book/generate.sh
+    grep -qE "^[[:space:]]*show $1 " "$script" || [[ "$1" =~ ^lesson[0-9]+_tests$ ]] ||
+        grep -qF ">\"\$out/$1.md\"" "$script"
+}
+
+# check_outputs: every file of book/src/generated/ is made by a command of this script (shown
+# above, or a GPU output that names its command and its device), and is shown by the book
+# (check_includes finds an include of a missing file; this finds a file no page includes).
+check_outputs() {
+    local bad=0 file name
+    for file in "$out"/*; do
+        name=$(basename "$file")
+        name=${name%.*}
+        if ! grep -rqF "generated/$(basename "$file")" book/src --include='*.md'; then
+            echo "book/src/generated/$(basename "$file") is shown by no page" >&2
+            bad=1
+        fi
+        if grep -qxF "$name" <(printf '%s\n' "${gpu_outputs[@]}"); then
+            if ! head -1 "$file" | grep -q '^\$ ' || ! grep -qE 'NVIDIA|Device:|CPU:' "$file"; then
+                echo "$file: a GPU output starts with its command and names its machine" >&2
+                bad=1
+            fi
+        elif ! made_here "$name"; then
+            echo "$file is made by no command of book/generate.sh" >&2
+            bad=1
+        fi
+    done
+    return $bad
+}
+if $check && ! check_outputs; then
+    echo "remove or regenerate the outputs above" >&2
+    stale=1
+fi
 exit $stale

@@ -165,8 +165,12 @@ done
 
 # The learning path's table on the first page, from course.toml and the chapters' lengths
 # (`cargo test -p course` fails when the committed one is stale).
+# The introduction's table of stages and the exercises page's table, from course.toml too
+# (`cargo test -p tests --test manifest` fails when a committed one is stale).
 if ! $check; then
     cargo run -q --locked -p course -- path >"$out/learning_path.md"
+    cargo run -q --locked -p course -- stages >"$out/stages.md"
+    cargo run -q --locked -p course -- exercises >"$out/exercise_table.md"
 fi
 
 show grade_stub "cargo grade ex01" grade_fresh ex01

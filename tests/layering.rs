@@ -57,13 +57,11 @@ fn workspace_dependencies() -> BTreeMap<String, Vec<(String, &'static str)>> {
             .unwrap_or_else(|e| panic!("{relative}: {e}"));
         text.parse().unwrap_or_else(|e| panic!("{relative}: {e}"))
     };
-    let workspace = read("Cargo.toml");
-    let members = workspace["workspace"]["members"].as_array().expect("members");
     let mut graph = BTreeMap::new();
-    let names: Vec<(String, toml::Table)> = members
+    let names: Vec<(String, toml::Table)> = tests::members()
         .iter()
         .map(|m| {
-            let manifest = read(&format!("{}/Cargo.toml", m.as_str().expect("a path")));
+            let manifest = read(&format!("{m}/Cargo.toml"));
             let name = manifest["package"]["name"].as_str().expect("a name").to_string();
             (name, manifest)
         })

@@ -15,3 +15,27 @@ use std::path::{Path, PathBuf};
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ is in the workspace").into()
 }
+
+/// The workspace's members, as paths relative to the root, a `folder/*` expanded into the
+/// folders under it that hold a Cargo.toml (as cargo expands it).
+pub fn members() -> Vec<String> {
+    let text = std::fs::read_to_string(root().join("Cargo.toml")).expect("Cargo.toml");
+    let manifest: toml::Table = text.parse().expect("Cargo.toml parses");
+    let listed = manifest["workspace"]["members"].as_array().expect("members");
+    let mut members = Vec::new();
+    for member in listed.iter().map(|m| m.as_str().expect("a path")) {
+        let Some(parent) = member.strip_suffix("/*") else {
+            members.push(member.to_string());
+            continue;
+        };
+        let mut folders: Vec<String> = std::fs::read_dir(root().join(parent))
+            .expect("a member's folder")
+            .map(|entry| entry.expect("a folder entry").file_name().to_string_lossy().into())
+            .filter(|name: &String| root().join(parent).join(name).join("Cargo.toml").is_file())
+            .map(|name| format!("{parent}/{name}"))
+            .collect();
+        folders.sort();
+        members.extend(folders);
+    }
+    members
+}

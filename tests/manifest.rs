@@ -18,8 +18,21 @@ fn package_name(manifest: &toml::Table) -> &str {
     manifest["package"]["name"].as_str().expect("a package name")
 }
 
+/// The folders of `parent` (relative to the root), sorted.
+fn folders_of(parent: &str) -> Vec<String> {
+    let entries =
+        std::fs::read_dir(root().join(parent)).unwrap_or_else(|e| panic!("{parent}: {e}"));
+    let mut folders: Vec<String> = entries
+        .map(|entry| entry.expect("a folder entry").path())
+        .filter(|path| path.is_dir())
+        .map(|path| format!("{parent}/{}", path.file_name().unwrap().to_string_lossy()))
+        .collect();
+    folders.sort();
+    folders
+}
+
 #[test]
-fn every_lesson_and_exercise_folder_is_a_workspace_member_and_no_other() {
+fn every_lesson_and_exercise_folder_is_a_workspace_member_and_in_the_manifest() {
     let workspace = toml_of("Cargo.toml");
     let members: Vec<&str> = workspace["workspace"]["members"]
         .as_array()
@@ -27,26 +40,14 @@ fn every_lesson_and_exercise_folder_is_a_workspace_member_and_no_other() {
         .iter()
         .map(|m| m.as_str().expect("a path"))
         .collect();
-    let numbered = |prefix: &str| -> Vec<String> {
-        let mut found: Vec<String> = members
-            .iter()
-            .filter(|m| {
-                m.starts_with(prefix) && m[prefix.len()..].starts_with(|c: char| c.is_ascii_digit())
-            })
-            .map(|m| m.to_string())
-            .collect();
-        found.sort();
-        found
-    };
+    for glob in ["lessons/*", "exercises/*"] {
+        assert!(members.contains(&glob), "the workspace's members should include {glob}");
+    }
     let lesson_folders: Vec<String> = lessons().iter().map(Lesson::lesson_folder).collect();
-    assert_eq!(numbered("lessons/"), lesson_folders, "lessons in Cargo.toml vs course.toml");
+    assert_eq!(folders_of("lessons"), lesson_folders, "lessons/ vs course.toml");
     let with_exercise = lessons().into_iter().filter(|l| l.exercise.is_some());
     let exercise_folders: Vec<String> = with_exercise.map(|l| l.exercise_folder()).collect();
-    assert_eq!(numbered("exercises/"), exercise_folders, "exercises in Cargo.toml vs course.toml");
-    for lesson in lessons().iter().filter(|l| l.exercise.is_none()) {
-        let folder = root().join(lesson.exercise_folder());
-        assert!(!folder.exists(), "{} exists but course.toml lists no exercise", folder.display());
-    }
+    assert_eq!(folders_of("exercises"), exercise_folders, "exercises/ vs course.toml");
 }
 
 #[test]
@@ -164,6 +165,21 @@ fn the_learning_path_in_the_book_is_current() {
          changed): run `cargo run -q -p course -- path > book/src/generated/learning_path.md` \
          or bash book/generate.sh"
     );
+}
+
+#[test]
+fn the_tables_of_stages_and_exercises_in_the_book_are_current() {
+    for (file, drawn, command) in [
+        ("stages.md", course::stages_table(&lessons()), "stages"),
+        ("exercise_table.md", course::exercises_table(&lessons()), "exercises"),
+    ] {
+        let committed = read(&format!("book/src/generated/{file}"));
+        assert!(
+            committed == drawn,
+            "book/src/generated/{file} is stale (course.toml changed): run `cargo run -q -p \
+             course -- {command} > book/src/generated/{file}` or bash book/generate.sh"
+        );
+    }
 }
 
 #[test]

@@ -23,6 +23,8 @@ pub struct Lesson {
     pub title: String,
     /// The SUMMARY.md part it is listed under (`"CPU"`, `"GPU"`).
     pub part: String,
+    /// What the stage adds, for the introduction's table of stages (Markdown).
+    pub adds: String,
     /// Its exercise; `None` while a new lesson has none yet (its chapter says so).
     pub exercise: Option<Exercise>,
     /// Whether its tests and its exercise need a GPU adapter.
@@ -38,6 +40,8 @@ pub struct Exercise {
     pub package: String,
     /// What it asks, as `cargo grade` shows it.
     pub topic: String,
+    /// What the learner writes, for the exercises page's table (Markdown).
+    pub writes: String,
 }
 
 impl Exercise {
@@ -118,8 +122,10 @@ pub fn parse(text: &str) -> Result<Vec<Lesson>, ManifestError> {
     Ok(lessons)
 }
 
-const KEYS: [&str; 9] =
-    ["number", "folder", "package", "title", "part", "exercise", "topic", "gpu", "needs"];
+const KEYS: [&str; 11] = [
+    "number", "folder", "package", "title", "part", "adds", "exercise", "topic", "writes", "gpu",
+    "needs",
+];
 
 fn lesson(index: usize, entry: &toml::Value) -> Result<Lesson, ManifestError> {
     let place = format!("[[lesson]] number {}", index + 1);
@@ -131,13 +137,18 @@ fn lesson(index: usize, entry: &toml::Value) -> Result<Lesson, ManifestError> {
         Some(toml::Value::String(s)) if !s.is_empty() => Ok(s.clone()),
         _ => Err(ManifestError(format!("{place}: `{key}` must be a non-empty string"))),
     };
-    let exercise = match (table.contains_key("exercise"), table.contains_key("topic")) {
-        (true, true) => Some(Exercise { package: text("exercise")?, topic: text("topic")? }),
-        (false, false) => None,
+    let exercise_keys = ["exercise", "topic", "writes"].map(|key| table.contains_key(key));
+    let exercise = match exercise_keys {
+        [true, true, true] => Some(Exercise {
+            package: text("exercise")?,
+            topic: text("topic")?,
+            writes: text("writes")?,
+        }),
+        [false, false, false] => None,
         _ => {
             return Err(ManifestError(format!(
-                "{place}: `exercise` and `topic` go together (both, or neither for a lesson \
-                 without an exercise yet)"
+                "{place}: `exercise`, `topic` and `writes` go together (all, or none for a \
+                 lesson without an exercise yet)"
             )));
         }
     };
@@ -177,10 +188,34 @@ fn lesson(index: usize, entry: &toml::Value) -> Result<Lesson, ManifestError> {
         package: text("package")?,
         title: text("title")?,
         part: text("part")?,
+        adds: text("adds")?,
         exercise,
         gpu,
         needs,
     })
+}
+
+/// The introduction's table of stages: chapter, package and what each adds (Markdown).
+pub fn stages_table(lessons: &[Lesson]) -> String {
+    let mut table = String::from("| chapter | package | what it adds |\n|---|---|---|\n");
+    for lesson in lessons {
+        let number = lesson.number.trim_start_matches('0');
+        table += &format!("| {number} | `{}` | {} |\n", lesson.package, lesson.adds);
+    }
+    table
+}
+
+/// The exercises page's table: each exercise, its folder and what the learner writes
+/// (Markdown).
+pub fn exercises_table(lessons: &[Lesson]) -> String {
+    let mut table = String::from("| exercise | folder | you write |\n|---|---|---|\n");
+    for lesson in lessons {
+        let Some(exercise) = &lesson.exercise else { continue };
+        let (name, page) = (&exercise.package, exercise.book_page());
+        let folder = lesson.exercise_folder();
+        table += &format!("| [`{name}`]({page}) | `{folder}` | {} |\n", exercise.writes);
+    }
+    table
 }
 
 /// Words a minute at which the learning path counts a chapter's prose read (careful reading of

@@ -6,6 +6,8 @@
 //! list exercises    the exercise packages, in course order
 //! path              the learning path's table (Markdown): reading times from book/src,
 //!                   exercise times from each exercise's README
+//! stages            the introduction's table of stages (Markdown)
+//! exercises         the exercises page's table (Markdown)
 //! ```
 
 use std::process::ExitCode;
@@ -31,8 +33,18 @@ fn main() -> ExitCode {
                 }
             };
         }
+        ["stages"] => {
+            print!("{}", course::stages_table(&lessons));
+            return ExitCode::SUCCESS;
+        }
+        ["exercises"] => {
+            print!("{}", course::exercises_table(&lessons));
+            return ExitCode::SUCCESS;
+        }
         _ => {
-            eprintln!("usage: cargo run -q -p course -- list lessons|exercises, or path");
+            eprintln!(
+                "usage: cargo run -q -p course -- list lessons|exercises, path, stages or exercises"
+            );
             return ExitCode::from(2);
         }
     };

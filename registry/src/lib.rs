@@ -9,10 +9,10 @@
 //! programs that run "every version" read these lists: the tour, the course-wide tests, the
 //! benchmarks. A new version of a lesson appears in them by being added to that lesson's
 //! `versions()`; a new lesson takes one line here.
-//!
-//! The GPU versions sit behind the `gpu` feature (on by default; the workspace's dependency
-//! line turns it off), so that a CPU-only reader builds no wgpu.
 
+use gpu::attention::KernelVersion;
+use gpu::backward::BackwardKernelVersion;
+use gpu::version::{DecodeKernelVersion, GpuVersion};
 use reference::{
     About, AttentionError, Backward, BackwardVersion, DecodeVersion, Decoder, Forward,
     ForwardVersion,
@@ -35,26 +35,12 @@ pub enum Code<Cpu, Gpu> {
     Gpu(Gpu),
 }
 
-/// The GPU versions' types; without the `gpu` feature none can be made.
-#[cfg(feature = "gpu")]
-mod on_gpu {
-    pub type Forward = gpu::attention::KernelVersion;
-    pub type Backward = gpu::backward::BackwardKernelVersion;
-    pub type Decode = gpu::version::DecodeKernelVersion;
-}
-#[cfg(not(feature = "gpu"))]
-mod on_gpu {
-    pub type Forward = std::convert::Infallible;
-    pub type Backward = std::convert::Infallible;
-    pub type Decode = std::convert::Infallible;
-}
-
 /// A forward version: a [`Forward`] on the CPU or a kernel version on the GPU.
-pub type ForwardEntry = Entry<Box<dyn Forward>, on_gpu::Forward>;
+pub type ForwardEntry = Entry<Box<dyn Forward>, KernelVersion>;
 /// A backward version: a [`Backward`] on the CPU or a backward kernel version on the GPU.
-pub type BackwardEntry = Entry<Box<dyn Backward>, on_gpu::Backward>;
+pub type BackwardEntry = Entry<Box<dyn Backward>, BackwardKernelVersion>;
 /// A decoding version: a [`Decoder`] on the CPU or a decoding kernel version on the GPU.
-pub type DecodeEntry = Entry<Box<dyn Decoder>, on_gpu::Decode>;
+pub type DecodeEntry = Entry<Box<dyn Decoder>, DecodeKernelVersion>;
 
 // ANCHOR: registry
 /// Every forward version, in course order: the CPU lessons', then the GPU kernels.
@@ -67,11 +53,8 @@ pub fn forwards() -> Vec<ForwardEntry> {
         lesson06::versions(),
         lesson07::versions(),
     ];
-    let cpu = cpu.into_iter().flatten().map(Entry::from);
-    #[cfg(feature = "gpu")]
     let gpu = [lesson08::versions(), lesson09::versions(), lesson10::versions()];
-    #[cfg(not(feature = "gpu"))]
-    let gpu: [Vec<on_gpu::Forward>; 0] = [];
+    let cpu = cpu.into_iter().flatten().map(Entry::from);
     cpu.chain(gpu.into_iter().flatten().map(Entry::from)).collect()
 }
 
@@ -83,11 +66,7 @@ pub fn backwards() -> Vec<BackwardEntry> {
 /// Every decoding version, in course order: on the CPU, then in WGSL.
 pub fn decodes() -> Vec<DecodeEntry> {
     let cpu = lesson11::versions().into_iter().map(Entry::from);
-    #[cfg(feature = "gpu")]
-    let gpu = lesson11::gpu_decode::versions();
-    #[cfg(not(feature = "gpu"))]
-    let gpu: Vec<on_gpu::Decode> = Vec::new();
-    cpu.chain(gpu.into_iter().map(Entry::from)).collect()
+    cpu.chain(lesson11::gpu_decode::versions().into_iter().map(Entry::from)).collect()
 }
 // ANCHOR_END: registry
 
@@ -149,56 +128,36 @@ pub trait GpuCode<C> {
     fn on_shared_gpu(self) -> Result<C, AttentionError>;
 }
 
-#[cfg(feature = "gpu")]
-mod gpu_code {
-    use super::*;
-    use gpu::version::GpuVersion;
-
-    /// The shared GPU, if it has every feature `version` requires.
-    fn gpu_for<B>(version: &GpuVersion<B>) -> Result<&'static gpu::Gpu, AttentionError> {
-        let gpu = gpu::Gpu::shared()?;
-        match version.missing_on(&gpu.device) {
-            Some(missing) => Err(missing.into()),
-            None => Ok(gpu),
-        }
-    }
-
-    impl GpuCode<Box<dyn Forward>> for gpu::attention::KernelVersion {
-        fn on_shared_gpu(self) -> Result<Box<dyn Forward>, AttentionError> {
-            Ok(self.forward_on(gpu_for(&self)?))
-        }
-    }
-
-    impl GpuCode<Box<dyn Backward>> for gpu::backward::BackwardKernelVersion {
-        fn on_shared_gpu(self) -> Result<Box<dyn Backward>, AttentionError> {
-            Ok(self.backward_on(gpu_for(&self)?))
-        }
-    }
-
-    impl GpuCode<Box<dyn Decoder>> for gpu::version::DecodeKernelVersion {
-        fn on_shared_gpu(self) -> Result<Box<dyn Decoder>, AttentionError> {
-            Ok((self.build)(gpu_for(&self)?))
-        }
-    }
-
-    impl<C, B> From<GpuVersion<B>> for Entry<C, GpuVersion<B>> {
-        fn from(version: GpuVersion<B>) -> Self {
-            Entry { about: version.about, code: Code::Gpu(version) }
-        }
+/// The shared GPU, if it has every feature `version` requires.
+fn gpu_for<B>(version: &GpuVersion<B>) -> Result<&'static gpu::Gpu, AttentionError> {
+    let gpu = gpu::Gpu::shared()?;
+    match version.missing_on(&gpu.device) {
+        Some(missing) => Err(missing.into()),
+        None => Ok(gpu),
     }
 }
 
-#[cfg(not(feature = "gpu"))]
-impl<C> From<std::convert::Infallible> for Entry<C, std::convert::Infallible> {
-    fn from(never: std::convert::Infallible) -> Self {
-        match never {}
+impl GpuCode<Box<dyn Forward>> for KernelVersion {
+    fn on_shared_gpu(self) -> Result<Box<dyn Forward>, AttentionError> {
+        Ok(self.forward_on(gpu_for(&self)?))
     }
 }
 
-#[cfg(not(feature = "gpu"))]
-impl<C> GpuCode<C> for std::convert::Infallible {
-    fn on_shared_gpu(self) -> Result<C, AttentionError> {
-        match self {}
+impl GpuCode<Box<dyn Backward>> for BackwardKernelVersion {
+    fn on_shared_gpu(self) -> Result<Box<dyn Backward>, AttentionError> {
+        Ok(self.backward_on(gpu_for(&self)?))
+    }
+}
+
+impl GpuCode<Box<dyn Decoder>> for DecodeKernelVersion {
+    fn on_shared_gpu(self) -> Result<Box<dyn Decoder>, AttentionError> {
+        Ok((self.build)(gpu_for(&self)?))
+    }
+}
+
+impl<C, B> From<GpuVersion<B>> for Entry<C, GpuVersion<B>> {
+    fn from(version: GpuVersion<B>) -> Self {
+        Entry { about: version.about, code: Code::Gpu(version) }
     }
 }
 
@@ -222,7 +181,6 @@ impl<G> From<DecodeVersion> for Entry<Box<dyn Decoder>, G> {
 
 /// The GPU forward kernel versions, in course order, as the benchmarks and lesson 12's GPU
 /// model take them (to upload once and run many times).
-#[cfg(feature = "gpu")]
 pub fn gpu_kernels() -> Vec<gpu::attention::KernelVersion> {
     let kernel = |entry: ForwardEntry| match entry.code {
         Code::Gpu(kernel) => Some(kernel),
@@ -329,7 +287,6 @@ mod tests {
     }
 
     #[test]
-    #[cfg(feature = "gpu")]
     fn every_lesson_with_versions_is_registered() {
         let registered: BTreeSet<String> =
             every_version().iter().map(|c| c.lesson.to_string()).collect();

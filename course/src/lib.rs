@@ -383,7 +383,9 @@ pub fn learning_path(lessons: &[Lesson], root: &std::path::Path) -> Result<Strin
 mod tests {
     use super::*;
 
-    const ONE: &str = "[[lesson]]\nnumber = \"01\"\nfolder = \"01_x\"\npackage = \"lesson01\"\ntitle = \"X\"\npart = \"CPU\"\nexercise = \"ex01\"\ntopic = \"x\"\ngpu = false\nneeds = []\n";
+    const ONE: &str = "[[lesson]]\nnumber = \"01\"\nfolder = \"01_x\"\npackage = \"lesson01\"\n\
+                       title = \"X\"\npart = \"CPU\"\nadds = \"x\"\nexercise = \"ex01\"\n\
+                       topic = \"x\"\nwrites = \"x\"\ngpu = false\nneeds = []\n";
 
     #[test]
     fn the_manifest_of_the_repository_parses() {
@@ -440,6 +442,8 @@ mod tests {
             (ONE.replace("number = \"01\"", "number = \"02\""), "lesson 02 is listed in place 01"),
             (ONE.replace("folder = \"01_x\"", "folder = \"x\""), "should start with `01_`"),
             (ONE.replace("topic", "topik"), "unknown key `topik`"),
+            (ONE.replace("writes = \"x\"\n", ""), "`exercise`, `topic` and `writes` go together"),
+            (ONE.replace("adds = \"x\"\n", ""), "`adds` must be a non-empty string"),
             (
                 ONE.replace("needs = []", "needs = [\"01\"]"),
                 "expected the two-digit numbers of earlier lessons",

@@ -43,30 +43,40 @@ pub type BackwardEntry = Entry<Box<dyn Backward>, BackwardKernelVersion>;
 pub type DecodeEntry = Entry<Box<dyn Decoder>, DecodeKernelVersion>;
 
 // ANCHOR: registry
-/// Every forward version, in course order: the CPU lessons', then the GPU kernels.
+/// Every forward version, in course order.
 pub fn forwards() -> Vec<ForwardEntry> {
-    let cpu = [
-        lesson01::versions(),
-        lesson02::versions(),
-        lesson03::versions(),
-        lesson04::versions(),
-        lesson06::versions(),
-        lesson07::versions(),
-    ];
-    let gpu = [lesson08::versions(), lesson09::versions(), lesson10::versions()];
-    let cpu = cpu.into_iter().flatten().map(Entry::from);
-    cpu.chain(gpu.into_iter().flatten().map(Entry::from)).collect()
+    [
+        entries(lesson01::versions()),
+        entries(lesson02::versions()),
+        entries(lesson03::versions()),
+        entries(lesson04::versions()),
+        entries(lesson06::versions()),
+        entries(lesson07::versions()),
+        entries(lesson08::versions()),
+        entries(lesson09::versions()),
+        entries(lesson10::versions()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 /// Every backward version, in course order.
 pub fn backwards() -> Vec<BackwardEntry> {
-    lesson05::versions().into_iter().map(Entry::from).collect()
+    entries(lesson05::versions())
 }
 
 /// Every decoding version, in course order: on the CPU, then in WGSL.
 pub fn decodes() -> Vec<DecodeEntry> {
-    let cpu = lesson11::versions().into_iter().map(Entry::from);
-    cpu.chain(lesson11::gpu_decode::versions().into_iter().map(Entry::from)).collect()
+    [entries(lesson11::versions()), entries(lesson11::gpu_decode::versions())]
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// A lesson's versions as entries, whatever their device.
+fn entries<V, E: From<V>>(versions: Vec<V>) -> Vec<E> {
+    versions.into_iter().map(E::from).collect()
 }
 // ANCHOR_END: registry
 

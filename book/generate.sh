@@ -163,14 +163,15 @@ for package in $lessons; do
     show "${package}_tests" "cargo test -p $package" test_list "$package"
 done
 
-# The learning path's table on the first page, from course.toml and the chapters' lengths
-# (`cargo test -p course` fails when the committed one is stale).
-# The introduction's table of stages and the exercises page's table, from course.toml too
-# (`cargo test -p tests --test manifest` fails when a committed one is stale).
+# From course.toml: the learning path's table on the first page (with the chapters' lengths),
+# the introduction's table of stages, the exercises page's table, and the book's table of
+# contents from book/SUMMARY.template.md (`cargo test -p tests --test manifest` fails when a
+# committed one is stale).
 if ! $check; then
     cargo run -q --locked -p course -- path >"$out/learning_path.md"
     cargo run -q --locked -p course -- stages >"$out/stages.md"
     cargo run -q --locked -p course -- exercises >"$out/exercise_table.md"
+    cargo run -q --locked -p course -- summary >book/src/SUMMARY.md
 fi
 
 show grade_stub "cargo grade ex01" grade_fresh ex01

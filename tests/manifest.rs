@@ -1,7 +1,7 @@
 //! The manifest agrees with everything else that names the lessons: the workspace members,
-//! each lesson's and exercise's Cargo.toml, the book's SUMMARY.md and chapters, and the
-//! grader's files. A lesson added in one place and forgotten in another fails here, naming
-//! both.
+//! each lesson's and exercise's Cargo.toml, the book's pages drawn from it (SUMMARY.md, the
+//! tables of stages and exercises, the learning path) and its chapters, and the grader's
+//! files. A lesson added in one place and forgotten in another fails here, naming both.
 
 use course::{Lesson, lessons};
 use tests::root;
@@ -78,24 +78,14 @@ fn packages_are_named_as_listed_and_exercises_attach_their_hidden_checks() {
 }
 
 #[test]
-fn the_book_lists_every_chapter_in_course_order_under_its_part() {
-    let summary = read("book/src/SUMMARY.md");
-    let mut part = String::new();
-    let mut chapters = Vec::new();
-    for line in summary.lines() {
-        if let Some(heading) = line.strip_prefix("# ") {
-            part = heading.trim().to_string();
-        } else if let Some(entry) = line.trim().strip_prefix("- [") {
-            let (title, rest) = entry.split_once("](").expect("a link");
-            let file = rest.trim_end_matches(')');
-            if file.starts_with(|c: char| c.is_ascii_digit()) {
-                chapters.push((title.to_string(), file.to_string(), part.clone()));
-            }
-        }
-    }
-    let expected: Vec<(String, String, String)> =
-        lessons().iter().map(|l| (l.title.clone(), l.chapter(), l.part.clone())).collect();
-    assert_eq!(chapters, expected, "book/src/SUMMARY.md vs course.toml");
+fn the_book_s_table_of_contents_is_drawn_from_the_manifest_and_every_chapter_has_a_title() {
+    let template = read("book/SUMMARY.template.md");
+    let drawn = course::summary(&lessons(), &template).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        read("book/src/SUMMARY.md") == drawn,
+        "book/src/SUMMARY.md is stale (course.toml or book/SUMMARY.template.md changed): run \
+         `cargo run -q -p course -- summary > book/src/SUMMARY.md` or bash book/generate.sh"
+    );
     for lesson in lessons() {
         let chapter = read(&format!("book/src/{}", lesson.chapter()));
         let heading = chapter.lines().next().unwrap_or_default();

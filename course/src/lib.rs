@@ -218,6 +218,51 @@ pub fn exercises_table(lessons: &[Lesson]) -> String {
     table
 }
 
+/// The book's table of contents, `book/src/SUMMARY.md`, from its template
+/// `book/SUMMARY.template.md`: the template's line `{{chapters PART}}` becomes the chapters of
+/// the lessons of that part, in course order, and `{{exercises}}` the exercise pages. Every
+/// part a lesson names must have its line; any other `{{...}}` line is an error.
+pub fn summary(lessons: &[Lesson], template: &str) -> Result<String, String> {
+    let mut summary = String::new();
+    let mut parts_placed = Vec::new();
+    for line in template.lines() {
+        let marker = line.trim().strip_prefix("{{").and_then(|m| m.strip_suffix("}}"));
+        match marker.map(|m| m.split_once(' ').unwrap_or((m, ""))) {
+            None => summary += &format!("{line}\n"),
+            Some(("chapters", part)) => {
+                for lesson in lessons.iter().filter(|l| l.part == part) {
+                    summary += &format!("- [{}]({})\n", lesson.title, lesson.chapter());
+                }
+                parts_placed.push(part);
+            }
+            Some(("exercises", "")) => {
+                for lesson in lessons {
+                    let Some(exercise) = &lesson.exercise else { continue };
+                    let topic = exercise.topic.replace("; ", ", then ");
+                    let (number, page) = (&lesson.number, exercise.book_page());
+                    summary += &format!("- [Exercise {number}: {topic}]({page})\n");
+                }
+            }
+            Some(_) => {
+                return Err(format!(
+                    "the template's line `{}` is neither `{{{{chapters PART}}}}` nor \
+                     `{{{{exercises}}}}`",
+                    line.trim()
+                ));
+            }
+        }
+    }
+    for lesson in lessons {
+        if !parts_placed.contains(&lesson.part.as_str()) {
+            return Err(format!(
+                "lesson {} is in part `{}`, which the template has no `{{{{chapters {}}}}}` for",
+                lesson.number, lesson.part, lesson.part
+            ));
+        }
+    }
+    Ok(summary)
+}
+
 /// Words a minute at which the learning path counts a chapter's prose read (careful reading of
 /// technical text, formulas included).
 pub const READING_WORDS_PER_MINUTE: usize = 120;
@@ -459,5 +504,24 @@ mod tests {
             assert!(err.contains(message), "{text:?}: {err}");
         }
         assert_eq!(parse(ONE).unwrap()[0].exercise.as_ref().unwrap().package, "ex01");
+    }
+
+    #[test]
+    fn the_summary_places_chapters_by_part_and_names_a_missing_part_or_an_unknown_marker() {
+        let lessons = parse(ONE).unwrap();
+        let template = "# Summary\n\n# CPU\n\n- [Primer](primer.md)\n{{chapters CPU}}\n\n\
+                        # Exercises\n\n{{exercises}}\n";
+        assert_eq!(
+            summary(&lessons, template).unwrap(),
+            "# Summary\n\n# CPU\n\n- [Primer](primer.md)\n- [X](01_x.md)\n\n# Exercises\n\n\
+             - [Exercise 01: x](exercises/ex01.md)\n"
+        );
+        let with_then = parse(&ONE.replace("topic = \"x\"", "topic = \"a; b\"")).unwrap();
+        let exercises = summary(&with_then, "{{exercises}}\n{{chapters CPU}}\n").unwrap();
+        assert!(exercises.starts_with("- [Exercise 01: a, then b]("), "{exercises}");
+        let err = summary(&lessons, "{{chapters GPU}}\n").unwrap_err();
+        assert!(err.contains("part `CPU`, which the template has no `{{chapters CPU}}`"), "{err}");
+        let err = summary(&lessons, "{{chapters CPU}}\n{{lessons}}\n").unwrap_err();
+        assert!(err.contains("`{{lessons}}` is neither"), "{err}");
     }
 }

@@ -8,6 +8,7 @@
 //!                   exercise times from each exercise's README
 //! stages            the introduction's table of stages (Markdown)
 //! exercises         the exercises page's table (Markdown)
+//! summary           the book's SUMMARY.md, from book/SUMMARY.template.md
 //! ```
 
 use std::process::ExitCode;
@@ -41,9 +42,26 @@ fn main() -> ExitCode {
             print!("{}", course::exercises_table(&lessons));
             return ExitCode::SUCCESS;
         }
+        ["summary"] => {
+            let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+            let template = root.join("book/SUMMARY.template.md");
+            let made = std::fs::read_to_string(&template)
+                .map_err(|e| format!("{}: {e}", template.display()))
+                .and_then(|template| course::summary(&lessons, &template));
+            return match made {
+                Ok(summary) => {
+                    print!("{summary}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
         _ => {
             eprintln!(
-                "usage: cargo run -q -p course -- list lessons|exercises, path, stages or exercises"
+                "usage: cargo run -q -p course -- list lessons|exercises, path, stages, exercises or summary"
             );
             return ExitCode::from(2);
         }

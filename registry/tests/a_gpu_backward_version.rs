@@ -1,8 +1,8 @@
 //! How a GPU backward version joins the registry, shown with a dummy. A lesson's version is a
 //! module (below, `dummy_lesson`): its card, a kernel that implements
 //! `gpu::backward::BackwardKernel`, and a build function. The registry takes it with one line
-//! in `backwards()`, `lesson13::versions().into_iter().map(Entry::from)`; here the same line
-//! extends a copy of that list. From there it runs as every version does: validated inputs,
+//! in `backwards()`, `entries(lesson13::versions()),`; here the same conversion extends a copy
+//! of that list. From there it runs as every version does: validated inputs,
 //! buffers uploaded once (or the forward's reused in place), its dispatches, the gradients
 //! read back.
 //!

@@ -62,7 +62,7 @@ pub struct Exercise {
 /// the course manifest's exercises (`course.toml`) by a test.
 pub fn exercises() -> Vec<Exercise> {
     let exercise = |name, self_check| Exercise { name, self_check };
-    let mut all = vec![
+    vec![
         exercise("ex01", ex01::self_check),
         exercise("ex02", ex02::self_check),
         exercise("ex03", ex03::self_check),
@@ -70,15 +70,15 @@ pub fn exercises() -> Vec<Exercise> {
         exercise("ex05", ex05::self_check),
         exercise("ex06", ex06::self_check),
         exercise("ex07", ex07::self_check),
-    ];
-    #[cfg(feature = "gpu")]
-    all.extend([
+        #[cfg(feature = "gpu")]
         exercise("ex08", ex08::self_check),
+        #[cfg(feature = "gpu")]
         exercise("ex09", ex09::self_check),
+        #[cfg(feature = "gpu")]
         exercise("ex10", ex10::self_check),
-    ]);
-    all.extend([exercise("ex11", ex11::self_check), exercise("ex12", ex12::self_check)]);
-    all
+        exercise("ex11", ex11::self_check),
+        exercise("ex12", ex12::self_check),
+    ]
 }
 
 #[cfg(all(test, feature = "gpu"))]

@@ -6,7 +6,7 @@ pub mod mutants;
 
 use std::rc::Rc;
 
-use lesson10::{F32Tiles, V7, Version};
+use lesson10::{F32Tiles, TileShape, V7, Version};
 use ndarray::Array4;
 use proptest::prelude::*;
 use reference::{

@@ -56,7 +56,7 @@ pub const TENSOR_CORES: wgpu::Features = wgpu::Features::EXPERIMENTAL_COOPERATIV
 /// share a type (version 9 takes version 8's [`ArenaTiles`]).
 pub trait Version: 'static {
     /// The shape of work this version takes.
-    type Tiles: Copy + std::fmt::Debug + PartialEq + Send + Sync + 'static;
+    type Tiles: TileShape;
 
     /// Its number: the key everywhere (`V8`, `v8_arena.rs`, `v8_arena.wgsl`, "v8 arena").
     const NUMBER: u32;
@@ -86,16 +86,12 @@ pub trait Version: 'static {
     /// Whether it accepts `tiles` at `head_dim` on `device` (beyond the features it requires
     /// and the workgroup memory they take, which [`Kernel`] checks), with what it expected.
     fn check(
-        tiles: &Self::Tiles,
-        device: &wgpu::Device,
-        head_dim: usize,
-    ) -> Result<(), AttentionError>;
-
-    /// Bytes of workgroup memory its shader declares for `tiles` at `head_dim`.
-    fn workgroup_bytes(tiles: &Self::Tiles, head_dim: usize) -> usize;
-
-    /// Query rows per workgroup.
-    fn block_q(tiles: &Self::Tiles) -> usize;
+        _tiles: &Self::Tiles,
+        _device: &wgpu::Device,
+        _head_dim: usize,
+    ) -> Result<(), AttentionError> {
+        Ok(())
+    }
 
     /// Its WGSL for `tiles` at `head_dim`, with `leave_out`'s parts of the work left out
     /// (measurements only; [`Kernel`] refuses any it cannot leave out).
@@ -125,6 +121,15 @@ pub trait Version: 'static {
     fn inputs_fit_f16() -> bool {
         Self::about().storage == Storage::F16
     }
+}
+
+/// What a shape of work knows of itself, whichever version takes it.
+pub trait TileShape: Copy + std::fmt::Debug + PartialEq + Send + Sync + 'static {
+    /// Query rows per workgroup.
+    fn block_q(&self) -> usize;
+
+    /// Bytes of workgroup memory the shader declares for this shape at `head_dim`.
+    fn workgroup_bytes(&self, head_dim: usize) -> usize;
 }
 // ANCHOR_END: version
 
@@ -275,7 +280,7 @@ impl<V: Version> Kernel<V> {
         let padded = V::compiled_head_dim(head_dim);
         V::check(tiles, device, padded)?;
         let available = device.limits().max_compute_workgroup_storage_size as usize;
-        let needed = V::workgroup_bytes(tiles, padded);
+        let needed = tiles.workgroup_bytes(padded);
         if needed > available {
             return Err(AttentionError::TilesDoNotFit { needed, available });
         }
@@ -309,7 +314,7 @@ impl<V: Version> Kernel<V> {
 
     /// The grid for `shape`: `(query tiles, slices)`.
     pub fn grid(&self, shape: &AttentionShape) -> (usize, usize) {
-        (shape.q_len.div_ceil(V::block_q(&self.tiles)), shape.batch * shape.heads)
+        (shape.q_len.div_ceil(self.tiles.block_q()), shape.batch * shape.heads)
     }
 
     /// [`AttentionKernel::dispatches`] with more buffers bound, `(binding, buffer)` (a kernel
@@ -421,7 +426,7 @@ impl<V: Version> Compiled for Kernel<V> {
     }
 
     fn block_q(&self) -> usize {
-        V::block_q(&self.tiles)
+        self.tiles.block_q()
     }
 }
 

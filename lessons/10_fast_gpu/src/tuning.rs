@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use reference::{About, AttentionError};
 
-use crate::{ArenaTiles, Compiled, Kernel, LoadAt, Shader, V8, V9, Version, shader_of};
+use crate::{ArenaTiles, Compiled, Kernel, LoadAt, Shader, TileShape, V8, V9, Version, shader_of};
 
 /// Parts of version 5's, 6's or 10's work left out, to measure what each costs (the lab's
 /// `tune`); any but [`LeaveOut::NOTHING`] gives a wrong answer.
@@ -122,10 +122,10 @@ impl<V: Version> Choice for Chosen<V> {
         V::describe(&self.0)
     }
     fn block_q(&self) -> usize {
-        V::block_q(&self.0)
+        self.0.block_q()
     }
     fn workgroup_bytes(&self, head_dim: usize) -> usize {
-        V::workgroup_bytes(&self.0, V::compiled_head_dim(head_dim))
+        self.0.workgroup_bytes(V::compiled_head_dim(head_dim))
     }
     fn shader(&self, head_dim: usize, leave_out: LeaveOut) -> Result<Shader, AttentionError> {
         shader_of::<V>(&self.0, V::compiled_head_dim(head_dim), leave_out)

@@ -7,7 +7,7 @@ use gpu::wgsl::{specialise, unroll};
 use reference::{About, AttentionError};
 
 use crate::v8_arena::{arena_layout_bytes, kv_stride, kvp};
-use crate::{KeyOrder, LeaveOut, LoadAt, QueryOrder, Shader, V2, Version};
+use crate::{KeyOrder, LeaveOut, LoadAt, QueryOrder, Shader, V2, TileShape, Version};
 
 /// Version 10's WGSL source (its constants set by [`gpu::wgsl::specialise`]).
 pub const SOURCE: &str = include_str!("v10_pairs.wgsl");
@@ -34,21 +34,6 @@ pub struct PairTiles {
 }
 
 impl PairTiles {
-    /// Query rows per workgroup: 32 per pair.
-    pub fn block_q(&self) -> usize {
-        16 * self.subgroups
-    }
-
-    /// Bytes of workgroup memory at `head_dim` (a multiple of 32), as the shader declares it:
-    /// the f16 arena (K, V and P, or one pass of Q if that is larger), S in f32, a rescale
-    /// factor per row and the flag.
-    pub fn workgroup_bytes(&self, head_dim: usize) -> usize {
-        let rows = self.block_q();
-        let pass_rows = 32 * self.query_passes(head_dim).1;
-        let arena = self.kvp(head_dim).max(pass_rows * kv_stride(head_dim));
-        arena_layout_bytes(arena, rows, self.block_kv / 4 + 2)
-    }
-
     /// How Q reaches its registers: `(passes, pairs per pass)`, as many pairs' rows at a time
     /// as fit where K, V and P will be (at least one pair).
     pub fn query_passes(&self, head_dim: usize) -> (usize, usize) {
@@ -79,6 +64,23 @@ impl PairTiles {
             .into());
         }
         self.query_order.check("v10 pairs")
+    }
+}
+
+impl TileShape for PairTiles {
+    /// Query rows per workgroup: 32 per pair.
+    fn block_q(&self) -> usize {
+        16 * self.subgroups
+    }
+
+    /// Bytes of workgroup memory at `head_dim` (a multiple of 32), as the shader declares it:
+    /// the f16 arena (K, V and P, or one pass of Q if that is larger), S in f32, a rescale
+    /// factor per row and the flag.
+    fn workgroup_bytes(&self, head_dim: usize) -> usize {
+        let rows = self.block_q();
+        let pass_rows = 32 * self.query_passes(head_dim).1;
+        let arena = self.kvp(head_dim).max(pass_rows * kv_stride(head_dim));
+        arena_layout_bytes(arena, rows, self.block_kv / 4 + 2)
     }
 }
 
@@ -131,14 +133,6 @@ impl Version for V10 {
 
     fn check(tiles: &PairTiles, _: &wgpu::Device, head_dim: usize) -> Result<(), AttentionError> {
         tiles.check(head_dim)
-    }
-
-    fn workgroup_bytes(tiles: &PairTiles, head_dim: usize) -> usize {
-        tiles.workgroup_bytes(head_dim)
-    }
-
-    fn block_q(tiles: &PairTiles) -> usize {
-        tiles.block_q()
     }
 
     /// Its constants set, its marked loops unrolled.

@@ -7,7 +7,7 @@ use gpu::wgsl::{specialise, unroll};
 use reference::{About, AttentionError, Storage, Tolerance};
 
 use crate::v8_arena::{arena_layout_bytes, kv_stride, kvp};
-use crate::{LeaveOut, Shader, V1, Version};
+use crate::{LeaveOut, Shader, V1, TileShape, Version};
 
 /// Version 11's WGSL: f32 inputs, each split into two f16s for the tensor cores.
 pub const SOURCE: &str = include_str!("v11_split_f32.wgsl");
@@ -27,21 +27,6 @@ pub struct SplitTiles {
 }
 
 impl SplitTiles {
-    /// Query rows per workgroup.
-    pub fn block_q(&self) -> usize {
-        16 * self.subgroups
-    }
-
-    /// Bytes of workgroup memory at `head_dim` (a multiple of 16), as the shader declares it:
-    /// the f16 arena (K, V and P, hi and lo, or one pass of Q's his and los if that is
-    /// larger), S in f32, a rescale factor per row and the flag.
-    pub fn workgroup_bytes(&self, head_dim: usize) -> usize {
-        let (_, per_pass) = self.query_passes(head_dim);
-        let pass = 2 * 16 * per_pass * kv_stride(head_dim);
-        let arena = self.kvp(head_dim).max(pass);
-        arena_layout_bytes(arena, self.block_q(), self.block_kv / 4 + 2)
-    }
-
     /// How Q reaches its registers: `(passes, subgroups per pass)`, as many subgroups' rows
     /// (hi and lo) at a time as fit where K, V and P will be (at least one).
     pub fn query_passes(&self, head_dim: usize) -> (usize, usize) {
@@ -68,6 +53,23 @@ impl SplitTiles {
             .into());
         }
         Ok(())
+    }
+}
+
+impl TileShape for SplitTiles {
+    /// Query rows per workgroup.
+    fn block_q(&self) -> usize {
+        16 * self.subgroups
+    }
+
+    /// Bytes of workgroup memory at `head_dim` (a multiple of 16), as the shader declares it:
+    /// the f16 arena (K, V and P, hi and lo, or one pass of Q's his and los if that is
+    /// larger), S in f32, a rescale factor per row and the flag.
+    fn workgroup_bytes(&self, head_dim: usize) -> usize {
+        let (_, per_pass) = self.query_passes(head_dim);
+        let pass = 2 * 16 * per_pass * kv_stride(head_dim);
+        let arena = self.kvp(head_dim).max(pass);
+        arena_layout_bytes(arena, self.block_q(), self.block_kv / 4 + 2)
     }
 }
 
@@ -102,14 +104,6 @@ impl Version for V11 {
 
     fn check(tiles: &SplitTiles, _: &wgpu::Device, head_dim: usize) -> Result<(), AttentionError> {
         tiles.check(head_dim)
-    }
-
-    fn workgroup_bytes(tiles: &SplitTiles, head_dim: usize) -> usize {
-        tiles.workgroup_bytes(head_dim)
-    }
-
-    fn block_q(tiles: &SplitTiles) -> usize {
-        tiles.block_q()
     }
 
     /// Its constants set, its marked loops unrolled.

@@ -6,7 +6,7 @@ use gpu::GpuError;
 use gpu::kernel::Checks;
 use reference::{About, AttentionError, AttentionShape, Device};
 
-use crate::{LeaveOut, Shader, Version};
+use crate::{LeaveOut, Shader, TileShape, Version};
 
 /// Version 1's WGSL source.
 pub const SOURCE: &str = include_str!("v1_register_tiles.wgsl");
@@ -25,11 +25,6 @@ pub struct RegisterTiles {
 }
 
 impl RegisterTiles {
-    /// Query rows per workgroup.
-    pub fn block_q(&self) -> usize {
-        4 * self.row_groups
-    }
-
     /// Keys per tile.
     pub fn block_kv(&self) -> usize {
         8 * self.keys_per_thread
@@ -38,19 +33,6 @@ impl RegisterTiles {
     /// Threads per workgroup.
     pub fn threads(&self) -> usize {
         8 * self.row_groups
-    }
-
-    /// Bytes of workgroup memory at head dimension `head_dim`: the query rows, one tile of
-    /// keys (K, then V, rows padded to an odd number of vec4s), P, and one number per thread
-    /// and row for the exchanges of maxima and sums.
-    pub fn workgroup_bytes(&self, head_dim: usize) -> usize {
-        let chunks = head_dim.div_ceil(4);
-        let vec4 = 16;
-        let queries = self.block_q() * chunks * vec4;
-        let keys = self.block_kv() * (chunks | 1) * vec4;
-        let weights = self.block_q() * self.block_kv() * 4;
-        let parts = self.block_q() * 8 * 4;
-        queries + keys + weights + parts
     }
 
     /// Loop iterations one thread runs at most, counted the way lavapipe counts them (every
@@ -68,6 +50,26 @@ impl RegisterTiles {
         let per_tile = 1 + 2 * staging + scores + softmax + values;
         let setup = (self.block_q() * chunks).div_ceil(threads) + 1 + 5 * 9 + 5 * 9 + 5 * 9;
         (shape.kv_len.div_ceil(self.block_kv()) * per_tile + setup) as u64
+    }
+}
+
+impl TileShape for RegisterTiles {
+    /// Query rows per workgroup.
+    fn block_q(&self) -> usize {
+        4 * self.row_groups
+    }
+
+    /// Bytes of workgroup memory at head dimension `head_dim`: the query rows, one tile of
+    /// keys (K, then V, rows padded to an odd number of vec4s), P, and one number per thread
+    /// and row for the exchanges of maxima and sums.
+    fn workgroup_bytes(&self, head_dim: usize) -> usize {
+        let chunks = head_dim.div_ceil(4);
+        let vec4 = 16;
+        let queries = self.block_q() * chunks * vec4;
+        let keys = self.block_kv() * (chunks | 1) * vec4;
+        let weights = self.block_q() * self.block_kv() * 4;
+        let parts = self.block_q() * 8 * 4;
+        queries + keys + weights + parts
     }
 }
 
@@ -120,14 +122,6 @@ impl Version for V1 {
             .into());
         }
         Ok(())
-    }
-
-    fn workgroup_bytes(tiles: &RegisterTiles, head_dim: usize) -> usize {
-        tiles.workgroup_bytes(head_dim)
-    }
-
-    fn block_q(tiles: &RegisterTiles) -> usize {
-        tiles.block_q()
     }
 
     /// Its overrides set, wgpu's run-time checks on.

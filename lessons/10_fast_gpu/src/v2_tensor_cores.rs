@@ -4,7 +4,7 @@
 use gpu::kernel::Checks;
 use reference::{About, AttentionError, Device, Storage, Tolerance};
 
-use crate::{LeaveOut, Shader, Version};
+use crate::{LeaveOut, Shader, TileShape, Version};
 
 /// Version 2's WGSL source (version 3's too).
 pub const SOURCE: &str = include_str!("v2_tensor_cores.wgsl");
@@ -23,23 +23,29 @@ impl TensorCoreTiles {
     /// Query rows per workgroup: 16 per subgroup, 4 subgroups.
     pub const BLOCK_Q: usize = 64;
 
+    /// Version 2's shader for these tiles at `head_dim`, its overrides set, with wgpu's
+    /// run-time checks as `checks` says (version 3 turns them off).
+    pub fn shader(&self, head_dim: usize, checks: Checks) -> Shader {
+        let overrides = vec![("HEAD_DIM", head_dim as f64), ("BLOCK_KV", self.block_kv as f64)];
+        Shader { source: SOURCE.into(), overrides, checks }
+    }
+}
+
+impl TileShape for TensorCoreTiles {
+    fn block_q(&self) -> usize {
+        Self::BLOCK_Q
+    }
+
     /// Bytes of workgroup memory at `head_dim` (a multiple of 16): K and V in f16 (rows of
     /// D + 8 halves), S in f32 and P in f16 (rows padded by 4 and 8), a rescale factor per
     /// row and a flag (16 bytes).
-    pub fn workgroup_bytes(&self, head_dim: usize) -> usize {
+    fn workgroup_bytes(&self, head_dim: usize) -> usize {
         let (rows, keys) = (Self::BLOCK_Q, self.block_kv);
         2 * keys * (head_dim + 8) * 2
             + rows * (keys + 4) * 4
             + rows * (keys + 8) * 2
             + rows * 4
             + 16
-    }
-
-    /// Version 2's shader for these tiles at `head_dim`, its overrides set, with wgpu's
-    /// run-time checks as `checks` says (version 3 turns them off).
-    pub fn shader(&self, head_dim: usize, checks: Checks) -> Shader {
-        let overrides = vec![("HEAD_DIM", head_dim as f64), ("BLOCK_KV", self.block_kv as f64)];
-        Shader { source: SOURCE.into(), overrides, checks }
     }
 }
 
@@ -62,18 +68,6 @@ impl Version for V2 {
 
     fn tried(head_dim: usize) -> Vec<TensorCoreTiles> {
         Self::preferred(head_dim)
-    }
-
-    fn check(_: &TensorCoreTiles, _: &wgpu::Device, _: usize) -> Result<(), AttentionError> {
-        Ok(())
-    }
-
-    fn workgroup_bytes(tiles: &TensorCoreTiles, head_dim: usize) -> usize {
-        tiles.workgroup_bytes(head_dim)
-    }
-
-    fn block_q(_: &TensorCoreTiles) -> usize {
-        TensorCoreTiles::BLOCK_Q
     }
 
     fn shader(

@@ -28,18 +28,6 @@ impl Version for V3 {
         V2::tried(head_dim)
     }
 
-    fn check(_: &TensorCoreTiles, _: &wgpu::Device, _: usize) -> Result<(), AttentionError> {
-        Ok(())
-    }
-
-    fn workgroup_bytes(tiles: &TensorCoreTiles, head_dim: usize) -> usize {
-        tiles.workgroup_bytes(head_dim)
-    }
-
-    fn block_q(_: &TensorCoreTiles) -> usize {
-        TensorCoreTiles::BLOCK_Q
-    }
-
     fn shader(
         tiles: &TensorCoreTiles,
         head_dim: usize,

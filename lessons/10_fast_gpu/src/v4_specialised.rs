@@ -6,7 +6,7 @@ use gpu::GpuError;
 use gpu::wgsl::specialise;
 use reference::{About, AttentionError};
 
-use crate::{LeaveOut, Shader, V2, Version};
+use crate::{LeaveOut, Shader, V2, TileShape, Version};
 
 /// Version 4's WGSL source (its constants set by [`gpu::wgsl::specialise`]).
 pub const SOURCE: &str = include_str!("v4_specialised.wgsl");
@@ -33,20 +33,6 @@ fn tiles(subgroups: usize, row_tiles: usize, block_kv: usize, prefetch: bool) ->
 }
 
 impl SpecialisedTiles {
-    /// Query rows per workgroup.
-    pub fn block_q(&self) -> usize {
-        16 * self.row_tiles * self.subgroups
-    }
-
-    /// Bytes of workgroup memory at `head_dim` (a multiple of 16): Q, or K and V, in f16 (rows
-    /// of D + 8 halves), S in f32 and P in f16 (rows padded by 4 and 8), a rescale factor per
-    /// row and a flag (16 bytes).
-    pub fn workgroup_bytes(&self, head_dim: usize) -> usize {
-        let (rows, keys) = (self.block_q(), self.block_kv);
-        let kv_rows = (2 * keys).max(rows);
-        kv_rows * (head_dim + 8) * 2 + rows * (keys + 4) * 4 + rows * (keys + 8) * 2 + rows * 4 + 16
-    }
-
     /// The constants [`gpu::wgsl::specialise`] writes into version 4's source.
     pub fn constants(&self, head_dim: usize) -> [(&'static str, usize); 5] {
         [
@@ -56,6 +42,22 @@ impl SpecialisedTiles {
             ("ROW_TILES", self.row_tiles),
             ("PREFETCH", self.prefetch as usize),
         ]
+    }
+}
+
+impl TileShape for SpecialisedTiles {
+    /// Query rows per workgroup.
+    fn block_q(&self) -> usize {
+        16 * self.row_tiles * self.subgroups
+    }
+
+    /// Bytes of workgroup memory at `head_dim` (a multiple of 16): Q, or K and V, in f16 (rows
+    /// of D + 8 halves), S in f32 and P in f16 (rows padded by 4 and 8), a rescale factor per
+    /// row and a flag (16 bytes).
+    fn workgroup_bytes(&self, head_dim: usize) -> usize {
+        let (rows, keys) = (self.block_q(), self.block_kv);
+        let kv_rows = (2 * keys).max(rows);
+        kv_rows * (head_dim + 8) * 2 + rows * (keys + 4) * 4 + rows * (keys + 8) * 2 + rows * 4 + 16
     }
 }
 
@@ -122,14 +124,6 @@ impl Version for V4 {
             .into());
         }
         Ok(())
-    }
-
-    fn workgroup_bytes(tiles: &SpecialisedTiles, head_dim: usize) -> usize {
-        tiles.workgroup_bytes(head_dim)
-    }
-
-    fn block_q(tiles: &SpecialisedTiles) -> usize {
-        tiles.block_q()
     }
 
     fn shader(

@@ -5,7 +5,7 @@ use gpu::GpuError;
 use gpu::wgsl::specialise;
 use reference::{About, AttentionError};
 
-use crate::{LeaveOut, Shader, V2, Version};
+use crate::{LeaveOut, Shader, V2, TileShape, Version};
 
 /// Version 5's WGSL source (its constants set by [`gpu::wgsl::specialise`]).
 pub const SOURCE: &str = include_str!("v5_pipelined.wgsl");
@@ -32,26 +32,6 @@ pub(crate) fn tiles(subgroups: usize, row_tiles: usize, block_kv: usize) -> Pipe
 }
 
 impl PipelinedTiles {
-    /// Query rows per workgroup.
-    pub fn block_q(&self) -> usize {
-        16 * self.row_tiles * self.subgroups
-    }
-
-    /// Bytes of workgroup memory at `head_dim` (a multiple of 16): K and V of a tile, or Q
-    /// before the loop, in f16 (rows of D + 8 halves); S in f32 (rows padded by 4 floats per
-    /// lane that reads a row); P in f16 (rows padded by 8); a rescale factor per row; a flag.
-    pub fn workgroup_bytes(&self, head_dim: usize) -> usize {
-        let (rows, keys) = (self.block_q(), self.block_kv);
-        let lanes_per_row = 32 / (16 * self.row_tiles);
-        let row = (head_dim + 8) * 2;
-        let values = if self.transpose_v { head_dim * (keys + 8) * 2 } else { keys * row };
-        (keys * row + values).max(rows * row)
-            + rows * (keys + 4 * lanes_per_row) * 4
-            + rows * (keys + 8) * 2
-            + rows * 4
-            + 16
-    }
-
     /// Whether `version` (5 or 6) accepts these tiles at `head_dim` (a multiple of 16).
     pub fn check(&self, version: &str, head_dim: usize) -> Result<(), AttentionError> {
         let (subgroups, row_tiles, block_kv) = (self.subgroups, self.row_tiles, self.block_kv);
@@ -68,6 +48,28 @@ impl PipelinedTiles {
             ("TRANSPOSE_V", self.transpose_v as usize),
             ("LEAVE_OUT", leave_out.0 as usize),
         ]
+    }
+}
+
+impl TileShape for PipelinedTiles {
+    /// Query rows per workgroup.
+    fn block_q(&self) -> usize {
+        16 * self.row_tiles * self.subgroups
+    }
+
+    /// Bytes of workgroup memory at `head_dim` (a multiple of 16): K and V of a tile, or Q
+    /// before the loop, in f16 (rows of D + 8 halves); S in f32 (rows padded by 4 floats per
+    /// lane that reads a row); P in f16 (rows padded by 8); a rescale factor per row; a flag.
+    fn workgroup_bytes(&self, head_dim: usize) -> usize {
+        let (rows, keys) = (self.block_q(), self.block_kv);
+        let lanes_per_row = 32 / (16 * self.row_tiles);
+        let row = (head_dim + 8) * 2;
+        let values = if self.transpose_v { head_dim * (keys + 8) * 2 } else { keys * row };
+        (keys * row + values).max(rows * row)
+            + rows * (keys + 4 * lanes_per_row) * 4
+            + rows * (keys + 8) * 2
+            + rows * 4
+            + 16
     }
 }
 
@@ -151,14 +153,6 @@ impl Version for V5 {
         head_dim: usize,
     ) -> Result<(), AttentionError> {
         tiles.check("v5 pipelined", head_dim)
-    }
-
-    fn workgroup_bytes(tiles: &PipelinedTiles, head_dim: usize) -> usize {
-        tiles.workgroup_bytes(head_dim)
-    }
-
-    fn block_q(tiles: &PipelinedTiles) -> usize {
-        tiles.block_q()
     }
 
     fn shader(

@@ -86,14 +86,6 @@ impl Version for V6 {
         Ok(())
     }
 
-    fn workgroup_bytes(tiles: &PipelinedTiles, head_dim: usize) -> usize {
-        tiles.workgroup_bytes(head_dim)
-    }
-
-    fn block_q(tiles: &PipelinedTiles) -> usize {
-        tiles.block_q()
-    }
-
     /// Its constants set, its marked loops unrolled.
     fn shader(
         tiles: &PipelinedTiles,

@@ -8,7 +8,7 @@ use gpu::wgsl::{specialise, unroll};
 use ndarray::Array4;
 use reference::{About, AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
 
-use crate::{Kernel, LeaveOut, Shader, V1, Version};
+use crate::{Kernel, LeaveOut, Shader, V1, TileShape, Version};
 
 /// Version 7's WGSL source (its constants set by [`gpu::wgsl::specialise`]).
 pub const SOURCE: &str = include_str!("v7_f32_registers.wgsl");
@@ -32,11 +32,6 @@ pub struct F32Tiles {
 }
 
 impl F32Tiles {
-    /// Query rows per workgroup.
-    pub fn block_q(&self) -> usize {
-        self.rows_per_thread * self.row_groups
-    }
-
     /// Keys per tile.
     pub fn block_kv(&self) -> usize {
         8 * self.keys_per_thread
@@ -45,16 +40,6 @@ impl F32Tiles {
     /// Threads per workgroup.
     pub fn threads(&self) -> usize {
         8 * self.row_groups
-    }
-
-    /// Bytes of workgroup memory at `head_dim`: the query rows, a tile of K and one of V (rows
-    /// padded to an odd number of vec4s), and P.
-    pub fn workgroup_bytes(&self, head_dim: usize) -> usize {
-        let chunks = head_dim.div_ceil(4);
-        let vec4 = 16;
-        let queries = self.block_q() * chunks * vec4;
-        let keys_and_values = 2 * self.block_kv() * (chunks | 1) * vec4;
-        queries + keys_and_values + self.block_q() * self.block_kv() * 4
     }
 
     /// vec4s of K (and as many of V) that each thread holds when it prefetches.
@@ -134,6 +119,23 @@ impl F32Tiles {
     }
 }
 
+impl TileShape for F32Tiles {
+    /// Query rows per workgroup.
+    fn block_q(&self) -> usize {
+        self.rows_per_thread * self.row_groups
+    }
+
+    /// Bytes of workgroup memory at `head_dim`: the query rows, a tile of K and one of V (rows
+    /// padded to an odd number of vec4s), and P.
+    fn workgroup_bytes(&self, head_dim: usize) -> usize {
+        let chunks = head_dim.div_ceil(4);
+        let vec4 = 16;
+        let queries = self.block_q() * chunks * vec4;
+        let keys_and_values = 2 * self.block_kv() * (chunks | 1) * vec4;
+        queries + keys_and_values + self.block_q() * self.block_kv() * 4
+    }
+}
+
 impl Version for V7 {
     type Tiles = F32Tiles;
     const NUMBER: u32 = 7;
@@ -189,14 +191,6 @@ impl Version for V7 {
     fn check(tiles: &F32Tiles, device: &wgpu::Device, _: usize) -> Result<(), AttentionError> {
         tiles.check()?;
         tiles.check_subgroups(device)
-    }
-
-    fn workgroup_bytes(tiles: &F32Tiles, head_dim: usize) -> usize {
-        tiles.workgroup_bytes(head_dim)
-    }
-
-    fn block_q(tiles: &F32Tiles) -> usize {
-        tiles.block_q()
     }
 
     /// Compiled without wgpu's run-time checks: its tests cover every index.

@@ -6,7 +6,7 @@ use gpu::wgsl::{specialise, unroll};
 use reference::{About, AttentionError};
 
 use crate::v5_pipelined::check_subgroup_tiles;
-use crate::{KeyOrder, LeaveOut, LoadAt, QueryOrder, Shader, V2, Version};
+use crate::{KeyOrder, LeaveOut, LoadAt, QueryOrder, Shader, V2, TileShape, Version};
 
 /// Version 8's WGSL source (its constants set by [`gpu::wgsl::specialise`]).
 pub const SOURCE: &str = include_str!("v8_arena.wgsl");
@@ -54,26 +54,6 @@ pub struct ArenaTiles {
 }
 
 impl ArenaTiles {
-    /// Query rows per workgroup.
-    pub fn block_q(&self) -> usize {
-        16 * self.row_tiles * self.subgroups
-    }
-
-    /// Bytes of workgroup memory at `head_dim` (a multiple of 16), as the shader declares it:
-    /// the f16 arena (Q where it is kept, K, V and P; at least one pass of Q, see
-    /// [`ArenaTiles::query_passes`]), S in f32, a rescale factor per row and the flag.
-    pub fn workgroup_bytes(&self, head_dim: usize) -> usize {
-        let (rows, keys) = (self.block_q(), self.block_kv);
-        let lanes_per_row = 32 / (16 * self.row_tiles);
-        let kv_stride = kv_stride(head_dim);
-        let s_stride = keys / 4 + lanes_per_row;
-        let q_kept = if self.q_in_registers { 0 } else { rows * kv_stride };
-        let (_, pass_subgroups) = self.query_passes(head_dim);
-        let pass_rows = pass_subgroups * 16 * self.row_tiles;
-        let arena = (q_kept + self.kvp(head_dim)).max(pass_rows * kv_stride);
-        arena_layout_bytes(arena, rows, s_stride)
-    }
-
     /// How Q reaches its registers: `(passes, subgroups per pass)`. With Q in registers, Q
     /// passes through the arena as many subgroups' rows at a time as fit where K, V and P will
     /// be (at least one); kept in the arena, it is staged once.
@@ -136,6 +116,28 @@ impl ArenaTiles {
     /// are not measured, and version 9's groups were not timed).
     fn longest_first(head_dim: usize) -> QueryOrder {
         QueryOrder::two_rounds(if head_dim <= 64 { 2 } else { 1 })
+    }
+}
+
+impl TileShape for ArenaTiles {
+    /// Query rows per workgroup.
+    fn block_q(&self) -> usize {
+        16 * self.row_tiles * self.subgroups
+    }
+
+    /// Bytes of workgroup memory at `head_dim` (a multiple of 16), as the shader declares it:
+    /// the f16 arena (Q where it is kept, K, V and P; at least one pass of Q, see
+    /// [`ArenaTiles::query_passes`]), S in f32, a rescale factor per row and the flag.
+    fn workgroup_bytes(&self, head_dim: usize) -> usize {
+        let (rows, keys) = (self.block_q(), self.block_kv);
+        let lanes_per_row = 32 / (16 * self.row_tiles);
+        let kv_stride = kv_stride(head_dim);
+        let s_stride = keys / 4 + lanes_per_row;
+        let q_kept = if self.q_in_registers { 0 } else { rows * kv_stride };
+        let (_, pass_subgroups) = self.query_passes(head_dim);
+        let pass_rows = pass_subgroups * 16 * self.row_tiles;
+        let arena = (q_kept + self.kvp(head_dim)).max(pass_rows * kv_stride);
+        arena_layout_bytes(arena, rows, s_stride)
     }
 }
 
@@ -217,14 +219,6 @@ impl Version for V8 {
 
     fn check(tiles: &ArenaTiles, _: &wgpu::Device, head_dim: usize) -> Result<(), AttentionError> {
         tiles.check("v8 arena", head_dim)
-    }
-
-    fn workgroup_bytes(tiles: &ArenaTiles, head_dim: usize) -> usize {
-        tiles.workgroup_bytes(head_dim)
-    }
-
-    fn block_q(tiles: &ArenaTiles) -> usize {
-        tiles.block_q()
     }
 
     fn shader(tiles: &ArenaTiles, head_dim: usize, _: LeaveOut) -> Result<Shader, AttentionError> {

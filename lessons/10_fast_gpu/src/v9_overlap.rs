@@ -35,14 +35,6 @@ impl Version for V9 {
         tiles.check("v9 overlap", head_dim)
     }
 
-    fn workgroup_bytes(tiles: &ArenaTiles, head_dim: usize) -> usize {
-        tiles.workgroup_bytes(head_dim)
-    }
-
-    fn block_q(tiles: &ArenaTiles) -> usize {
-        tiles.block_q()
-    }
-
     fn shader(tiles: &ArenaTiles, head_dim: usize, _: LeaveOut) -> Result<Shader, AttentionError> {
         Ok(Shader::unchecked(tiles.source_from(SOURCE, head_dim)?))
     }

@@ -4,8 +4,8 @@
 
 use gpu::attention::{KernelVersion, Prepared, attention_on};
 use lesson10::{
-    ArenaTiles, F32Tiles, Kernel, LeaveOut, PairTiles, QueryOrder, RegisterTiles, TENSOR_CORES, V1,
-    V7, V8, V9, V10, V11, Variant, Version,
+    ArenaTiles, F32Tiles, Kernel, LeaveOut, PairTiles, QueryOrder, RegisterTiles, TENSOR_CORES,
+    TileShape, V1, V7, V8, V9, V10, V11, Variant, Version,
 };
 use ndarray::Array4;
 use proptest::prelude::*;

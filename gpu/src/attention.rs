@@ -15,7 +15,7 @@ use reference::{
 
 use crate::GpuError;
 use crate::buffers;
-use crate::kernel::{Dispatch, launch, launch_repeated};
+use crate::kernel::{Bound, Dispatch};
 use crate::version::GpuVersion;
 
 // ANCHOR: params
@@ -214,6 +214,28 @@ fn check_f16_range(tensor: &'static str, x: &Array4<f32>) -> Result<(), Attentio
     Ok(())
 }
 
+/// Checks that `buffers`, stored as `storage` with rows of `row_stride` elements, can feed a
+/// kernel that reads `kernel_storage` with rows aligned to `alignment`: a kernel works its row
+/// stride out from `D` and its own alignment, so the format and the stride must be exactly its.
+pub(crate) fn check_layout(
+    buffers: &str,
+    storage: Storage,
+    row_stride: usize,
+    shape: AttentionShape,
+    kernel_storage: Storage,
+    alignment: usize,
+) -> Result<(), AttentionError> {
+    let stride = shape.head_dim.next_multiple_of(alignment.max(1));
+    if kernel_storage == storage && row_stride == stride {
+        return Ok(());
+    }
+    Err(GpuError::KernelMisuse(format!(
+        "{buffers} as {storage:?} with rows of {row_stride} cannot feed a kernel that reads \
+         {kernel_storage:?} with rows of {stride}; expected the same format and row stride"
+    ))
+    .into())
+}
+
 /// The uniform for `shape` (for a caller that binds its own buffers, as lesson 12's GPU model
 /// does); an error if a size does not fit the shader's `u32`.
 pub fn params_of(
@@ -279,11 +301,7 @@ pub trait AttentionKernel {
 
 /// A kernel's dispatches bound to one problem's buffers on the device: upload once, run as
 /// often as needed (a benchmark's repeats, a model's layers), read back when wanted.
-pub struct Prepared {
-    /// Q, K, V, O, L and the params on the device.
-    pub io: AttentionBuffers,
-    dispatches: Vec<Dispatch>,
-}
+pub type Prepared = Bound<AttentionBuffers>;
 
 impl Prepared {
     /// Validates and uploads the inputs, and binds `kernel`'s dispatches to them.
@@ -308,43 +326,10 @@ impl Prepared {
         kernel: &(impl AttentionKernel + ?Sized),
         io: &AttentionBuffers,
     ) -> Result<Self, AttentionError> {
-        // A kernel works out the row stride from D and its own alignment, so the upload's
-        // must be exactly that one.
-        let stride = io.shape.head_dim.next_multiple_of(kernel.row_alignment().max(1));
-        if kernel.storage() != io.storage || io.row_stride != stride {
-            return Err(GpuError::KernelMisuse(format!(
-                "buffers uploaded as {:?} with rows of {} cannot be reused by a kernel that reads \
-                 {:?} with rows of {stride}; expected the same format and row stride",
-                io.storage,
-                io.row_stride,
-                kernel.storage()
-            ))
-            .into());
-        }
+        let (storage, alignment) = (kernel.storage(), kernel.row_alignment());
+        check_layout("buffers uploaded", io.storage, io.row_stride, io.shape, storage, alignment)?;
         let dispatches = kernel.dispatches(device, io)?;
         Ok(Self { io: io.clone(), dispatches })
-    }
-
-    /// Runs the dispatches once and waits for the GPU; with a `timer`, returns the GPU time.
-    pub fn run(
-        &self,
-        device: &wgpu::Device,
-        queue: &wgpu::Queue,
-        timer: Option<&crate::GpuTimer>,
-    ) -> Result<Option<f64>, AttentionError> {
-        launch(device, queue, &self.dispatches, timer)
-    }
-
-    /// Runs the dispatches `times` times back to back in one pass and waits; with a `timer`,
-    /// returns the GPU time of all of them.
-    pub fn run_repeated(
-        &self,
-        device: &wgpu::Device,
-        queue: &wgpu::Queue,
-        timer: Option<&crate::GpuTimer>,
-        times: usize,
-    ) -> Result<Option<f64>, AttentionError> {
-        launch_repeated(device, queue, &self.dispatches, timer, times)
     }
 
     /// Downloads `O` and `L` as the last run left them.
@@ -400,4 +385,26 @@ impl KernelVersion {
 /// `kernel` boxed as a [`KernelVersion::build`] result.
 pub fn boxed(kernel: Result<impl AttentionKernel + 'static, AttentionError>) -> Built {
     Ok(Box::new(kernel?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_feed_only_a_kernel_that_reads_their_format_and_row_stride() {
+        let shape = AttentionShape { batch: 1, heads: 2, q_len: 3, kv_len: 5, head_dim: 6 };
+        let check = |storage, stride, kernel_storage, alignment| {
+            check_layout("buffers", storage, stride, shape, kernel_storage, alignment)
+        };
+        assert!(check(Storage::F32, 6, Storage::F32, 1).is_ok());
+        assert!(check(Storage::F32, 8, Storage::F32, 4).is_ok());
+        assert!(check(Storage::F16, 16, Storage::F16, 16).is_ok());
+        for (storage, stride, kernel_storage, alignment) in
+            [(Storage::F32, 6, Storage::F32, 4), (Storage::F32, 8, Storage::F16, 4)]
+        {
+            let err = check(storage, stride, kernel_storage, alignment).unwrap_err().to_string();
+            assert!(err.contains("expected the same format and row stride"), "{err}");
+        }
+    }
 }

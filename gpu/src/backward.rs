@@ -26,10 +26,9 @@ use reference::{
     Gradients, Storage, check_backward_inputs, check_dims, check_finite,
 };
 
-use crate::GpuError;
-use crate::attention::{AttentionBuffers, download_rows, params_of, upload_rows};
+use crate::attention::{AttentionBuffers, check_layout, download_rows, params_of, upload_rows};
 use crate::buffers;
-use crate::kernel::{Dispatch, bind, bindings_used, launch, launch_repeated};
+use crate::kernel::{Bound, Dispatch, bind, bindings_used};
 use crate::version::GpuVersion;
 
 /// The buffers of one backward call on the device. A clone shares the same buffers.
@@ -107,18 +106,9 @@ impl BackwardBuffers {
         forward: &AttentionBuffers,
         d_o: &Array4<f32>,
     ) -> Result<Self, AttentionError> {
-        let shape = forward.shape;
-        let stride = shape.head_dim.next_multiple_of(kernel.row_alignment().max(1));
-        if kernel.storage() != forward.storage || forward.row_stride != stride {
-            return Err(GpuError::KernelMisuse(format!(
-                "a forward's buffers in {:?} with rows of {} cannot feed a backward kernel that \
-                 reads {:?} with rows of {stride}; expected the same format and row stride",
-                forward.storage,
-                forward.row_stride,
-                kernel.storage()
-            ))
-            .into());
-        }
+        let (shape, stride) = (forward.shape, forward.row_stride);
+        let (storage, alignment) = (kernel.storage(), kernel.row_alignment());
+        check_layout("a forward's buffers", forward.storage, stride, shape, storage, alignment)?;
         let (b, h, n, d) = shape.q_dims();
         check_dims("dO", d_o.dim().into(), "Q", [b, h, n, d])?;
         check_finite("dO", d_o)?;
@@ -294,11 +284,7 @@ pub trait BackwardKernel {
 
 /// A backward kernel's dispatches bound to one problem's buffers: upload once, run as often as
 /// needed, read back when wanted.
-pub struct PreparedBackward {
-    /// The buffers on the device.
-    pub io: BackwardBuffers,
-    dispatches: Vec<Dispatch>,
-}
+pub type PreparedBackward = Bound<BackwardBuffers>;
 
 impl PreparedBackward {
     /// Validates and uploads the inputs, and binds `kernel`'s dispatches to them.
@@ -326,28 +312,6 @@ impl PreparedBackward {
     ) -> Result<Self, AttentionError> {
         let dispatches = kernel.dispatches(device, &io)?;
         Ok(Self { io, dispatches })
-    }
-
-    /// Runs the dispatches once and waits; with a `timer`, returns the GPU time.
-    pub fn run(
-        &self,
-        device: &wgpu::Device,
-        queue: &wgpu::Queue,
-        timer: Option<&crate::GpuTimer>,
-    ) -> Result<Option<f64>, AttentionError> {
-        launch(device, queue, &self.dispatches, timer)
-    }
-
-    /// Runs the dispatches `times` times back to back and waits; with a `timer`, returns the
-    /// GPU time of all of them.
-    pub fn run_repeated(
-        &self,
-        device: &wgpu::Device,
-        queue: &wgpu::Queue,
-        timer: Option<&crate::GpuTimer>,
-        times: usize,
-    ) -> Result<Option<f64>, AttentionError> {
-        launch_repeated(device, queue, &self.dispatches, timer, times)
     }
 
     /// Downloads the gradients as the last run left them.

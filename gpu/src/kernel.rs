@@ -301,6 +301,40 @@ pub fn check_loop_iterations(
     Ok(())
 }
 
+/// A kernel's dispatches bound to one call's buffers `io` on the device: upload once, run as
+/// often as needed (a benchmark's repeats, a model's layers), read back when wanted. The
+/// forward's is [`crate::attention::Prepared`], the backward's
+/// [`crate::backward::PreparedBackward`].
+pub struct Bound<Io> {
+    /// The buffers on the device.
+    pub io: Io,
+    pub(crate) dispatches: Vec<Dispatch>,
+}
+
+impl<Io> Bound<Io> {
+    /// Runs the dispatches once and waits for the GPU; with a `timer`, returns the GPU time.
+    pub fn run(
+        &self,
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+        timer: Option<&crate::GpuTimer>,
+    ) -> Result<Option<f64>, AttentionError> {
+        launch(device, queue, &self.dispatches, timer)
+    }
+
+    /// Runs the dispatches `times` times back to back in one pass and waits; with a `timer`,
+    /// returns the GPU time of all of them.
+    pub fn run_repeated(
+        &self,
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+        timer: Option<&crate::GpuTimer>,
+        times: usize,
+    ) -> Result<Option<f64>, AttentionError> {
+        launch_repeated(device, queue, &self.dispatches, timer, times)
+    }
+}
+
 /// Runs `dispatches` in order in one compute pass (wgpu makes each dispatch see the writes of
 /// the ones before it) and waits for the GPU. With a `timer`, returns the GPU time of the pass.
 pub fn launch(

@@ -100,6 +100,50 @@ fn no_crate_depends_on_one_above_it() {
     assert!(wrong.is_empty(), "dependencies that run up the layers:\n{}", wrong.join("\n"));
 }
 
+/// The first circle of dependencies in `graph` (every kind of dependency counted, the
+/// exercises' dev-dependency on the grader too), as the packages around it.
+fn a_circle(graph: &BTreeMap<String, Vec<(String, &'static str)>>) -> Option<Vec<String>> {
+    fn visit(
+        package: &str,
+        graph: &BTreeMap<String, Vec<(String, &'static str)>>,
+        path: &mut Vec<String>,
+        done: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(start) = path.iter().position(|p| p == package) {
+            let mut circle = path[start..].to_vec();
+            circle.push(package.to_string());
+            return Some(circle);
+        }
+        if done.iter().any(|d| d == package) {
+            return None;
+        }
+        path.push(package.to_string());
+        for (dependency, _) in graph.get(package).into_iter().flatten() {
+            if let Some(circle) = visit(dependency, graph, path, done) {
+                return Some(circle);
+            }
+        }
+        path.pop();
+        done.push(package.to_string());
+        None
+    }
+    let mut done = Vec::new();
+    graph.keys().find_map(|package| visit(package, graph, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn nothing_forms_a_circle() {
+    let graph = workspace_dependencies();
+    if let Some(circle) = a_circle(&graph) {
+        panic!("a circle of dependencies: {}", circle.join(" -> "));
+    }
+    // The grader may not depend on an exercise: each exercise dev-depends on it.
+    let mut with_one = graph.clone();
+    with_one.get_mut("grader").expect("the grader").push(("ex03".to_string(), "dependencies"));
+    let circle = a_circle(&with_one).expect("grader -> ex03 -> grader");
+    assert!(circle.contains(&"ex03".to_string()) && circle.contains(&"grader".to_string()));
+}
+
 #[test]
 fn the_layers_are_known_and_ordered() {
     let at = |package| place(package).expect("placed");

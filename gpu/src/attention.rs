@@ -57,6 +57,9 @@ pub struct AttentionBuffers {
     pub row_stride: usize,
     /// The format of Q, K and V on the device (O and L are f32).
     pub storage: Storage,
+    /// Whether Q, K and V were checked on upload to hold only numbers f16 can hold (for a
+    /// kernel that [needs f16's range](AttentionKernel::inputs_fit_f16)).
+    pub checked_f16_range: bool,
     /// The uniform of sizes and flags.
     pub params: wgpu::Buffer,
     /// `Q [B*H, Nq, D]`
@@ -97,6 +100,7 @@ impl AttentionBuffers {
             shape,
             row_stride,
             storage,
+            checked_f16_range: fit_f16 || storage == Storage::F16,
             params: buffers::uniform(device, "params", &params),
             q: upload("Q", q)?,
             k: upload("K", k)?,
@@ -236,6 +240,24 @@ pub(crate) fn check_layout(
     .into())
 }
 
+/// Checks that a kernel that needs its inputs in f16's range (`needs_f16_range`) gets buffers
+/// whose inputs were checked for it on upload: an f32 input beyond f16's range would
+/// otherwise become an infinity in the kernel instead of an error.
+pub(crate) fn check_f16_range_checked(
+    io: &AttentionBuffers,
+    needs_f16_range: bool,
+) -> Result<(), AttentionError> {
+    if needs_f16_range && !io.checked_f16_range {
+        return Err(GpuError::KernelMisuse(
+            "the kernel needs its inputs in f16's range, and these buffers were uploaded for a \
+             kernel that did not check it; expected buffers uploaded for this kernel"
+                .to_string(),
+        )
+        .into());
+    }
+    Ok(())
+}
+
 /// The uniform for `shape` (for a caller that binds its own buffers, as lesson 12's GPU model
 /// does); an error if a size does not fit the shader's `u32`.
 pub fn params_of(
@@ -328,6 +350,7 @@ impl Prepared {
     ) -> Result<Self, AttentionError> {
         let (storage, alignment) = (kernel.storage(), kernel.row_alignment());
         check_layout("buffers uploaded", io.storage, io.row_stride, io.shape, storage, alignment)?;
+        check_f16_range_checked(io, kernel.inputs_fit_f16())?;
         let dispatches = kernel.dispatches(device, io)?;
         Ok(Self { io: io.clone(), dispatches })
     }

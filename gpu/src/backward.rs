@@ -26,7 +26,9 @@ use reference::{
     Gradients, Storage, check_backward_inputs, check_dims, check_finite,
 };
 
-use crate::attention::{AttentionBuffers, check_layout, download_rows, params_of, upload_rows};
+use crate::attention::{
+    AttentionBuffers, check_f16_range_checked, check_layout, download_rows, params_of, upload_rows,
+};
 use crate::buffers;
 use crate::kernel::{Bound, Dispatch, bind, bindings_used};
 use crate::version::GpuVersion;
@@ -85,7 +87,8 @@ impl BackwardBuffers {
         let (storage, fit_f16) = (kernel.storage(), kernel.inputs_fit_f16());
         let upload = |tensor, x| upload_rows(device, tensor, x, row_stride, storage, fit_f16);
         let o = upload_rows(device, "O", &forward.o, row_stride, Storage::F32, false)?;
-        let lse = buffers::upload(device, "L", forward.lse.as_slice().expect("standard layout"))?;
+        let lse = forward.lse.as_standard_layout();
+        let lse = buffers::upload(device, "L", lse.as_slice().expect("a standard layout"))?;
         let inputs = Inputs {
             params: buffers::uniform(device, "params", &params),
             q: upload("Q", q)?,
@@ -109,6 +112,7 @@ impl BackwardBuffers {
         let (shape, stride) = (forward.shape, forward.row_stride);
         let (storage, alignment) = (kernel.storage(), kernel.row_alignment());
         check_layout("a forward's buffers", forward.storage, stride, shape, storage, alignment)?;
+        check_f16_range_checked(forward, kernel.inputs_fit_f16())?;
         let (b, h, n, d) = shape.q_dims();
         check_dims("dO", d_o.dim().into(), "Q", [b, h, n, d])?;
         check_finite("dO", d_o)?;

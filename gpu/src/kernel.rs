@@ -118,7 +118,7 @@ fn compile_uncached(
 /// for a Vulkan 1.3 device, with `overrides` set and run-time checks as `checks` says (the
 /// options wgpu uses). For checks without a GPU (every shader must translate, not only
 /// validate: naga's writer has failed on shaders its validator accepted) and for handing a
-/// kernel to the driver directly (lesson 10's `shader_stats` example).
+/// kernel to the driver directly (the lab's `shader_stats`).
 pub fn spirv(
     source: &str,
     entry: &str,

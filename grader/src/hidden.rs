@@ -74,6 +74,7 @@ pub fn main(exercise: &str, checks: Vec<Check>) -> ExitCode {
 /// all pass.
 pub fn run(exercise: &str, title: &str, checks: Vec<Check>) -> ExitCode {
     quiet_panics();
+    crate::memory::count_rayon_workers();
     println!("{exercise}: {title}");
     let mut outcomes: Vec<Outcome> = Vec::new();
     for check in &checks {

@@ -2,7 +2,7 @@
 //! matrix would, measured with the counting allocator (`reference::memory`). The hidden test
 //! binaries of the exercises that state such a rule install it as their global allocator.
 
-use reference::memory::peak_bytes_during;
+use reference::memory::{count_this_thread, peak_bytes_during};
 
 /// The two sequence lengths compared (`Nq = Nkv`): a score matrix is 64 times larger at the
 /// second. `SHORT` is one whole tile, so the tiles themselves are the same size at both.
@@ -24,7 +24,9 @@ pub fn allowed_growth() -> usize {
 
 /// Peak heap bytes while `run` runs, beyond the bytes of its result (`output_bytes`): the
 /// smallest of three runs, so that what a first call makes once (a thread-local cache, say) is
-/// not taken for working memory. Only the calling thread is counted (`reference::memory`).
+/// not taken for working memory. The calling thread is counted, and rayon's threads where
+/// [`count_rayon_workers`] ran first (what a `par_iter` inside a solution allocates); no other
+/// thread of the process (`reference::memory`).
 pub fn working_bytes<R>(
     run: impl Fn() -> Result<R, String>,
     output_bytes: impl Fn(&R) -> usize,
@@ -36,6 +38,16 @@ pub fn working_bytes<R>(
         smallest = smallest.min(peak.saturating_sub(output_bytes(&result)));
     }
     Ok(smallest)
+}
+
+/// Makes rayon's global pool count its threads' allocations, so that a solution that runs its
+/// work on them is measured whole. Called first thing by the hidden tests and the self-check:
+/// the pool is built once per process, so a later call (the pool already built) changes
+/// nothing. The checks run one at a time, so these threads work only for the call measured.
+pub fn count_rayon_workers() {
+    let counted = rayon::ThreadPoolBuilder::new().start_handler(|_| count_this_thread());
+    // An error means the pool exists already; its threads then stay uncounted.
+    let _ = counted.build_global();
 }
 
 /// `working(n)` (working bytes for sequences of `n`) must not grow by more than

@@ -34,6 +34,8 @@ thread_local! {
     /// Whether this thread's allocations are counted. A `const` thread-local without a
     /// destructor: the allocator can read it at any time, even while the thread exits.
     static COUNTED: Cell<bool> = const { Cell::new(false) };
+    /// Whether this thread is inside [`peak_bytes_during`].
+    static MEASURING_HERE: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Makes the calling thread's allocations count in every measurement from now on: call it at
@@ -127,16 +129,41 @@ pub fn peak_bytes_during<R>(f: impl FnOnce() -> R) -> Result<(R, usize), NotInst
     if !INSTALLED.load(Relaxed) {
         return Err(NotInstalled);
     }
+    assert!(
+        !MEASURING_HERE.get(),
+        "peak_bytes_during was called inside peak_bytes_during on one thread: measurements take \
+         turns, so the inner one would wait for the outer one forever"
+    );
     // A measurement that panicked released the lock as it unwound; its counters are reset
     // below, so the poison can be ignored.
     let _turn = MEASURING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let counted_before = COUNTED.replace(true);
+    let _counting = CountingHere::start();
     let baseline = LIVE.load(Relaxed);
     PEAK.store(baseline, Relaxed);
     let result = f();
     let peak = PEAK.load(Relaxed);
-    COUNTED.set(counted_before);
     Ok((result, usize::try_from(peak - baseline).unwrap_or(0)))
+}
+
+/// The calling thread counted while a measurement runs, and as it was before when the
+/// measurement ends, even by a panic (a check that catches the panic goes on with the
+/// thread as it was).
+struct CountingHere {
+    counted_before: bool,
+}
+
+impl CountingHere {
+    fn start() -> Self {
+        MEASURING_HERE.set(true);
+        Self { counted_before: COUNTED.replace(true) }
+    }
+}
+
+impl Drop for CountingHere {
+    fn drop(&mut self) {
+        COUNTED.set(self.counted_before);
+        MEASURING_HERE.set(false);
+    }
 }
 
 #[cfg(test)]

@@ -58,3 +58,27 @@ fn a_worker_that_counts_itself_is_counted() {
     .unwrap();
     assert!(peak >= 2 * MIB, "the worker's 2 MiB not counted: peak {peak} bytes");
 }
+
+#[test]
+fn a_measurement_that_panics_leaves_its_thread_uncounted() {
+    // A check catches a learner's panic and goes on; the thread's allocations must not count
+    // in a later measurement made by another thread.
+    let caught = std::panic::catch_unwind(|| peak_bytes_during(|| panic!("a learner's bug")));
+    assert!(caught.is_err());
+    let (start, started) = mpsc::channel::<()>();
+    let (done, finished) = mpsc::channel::<()>();
+    let measuring = thread::spawn(move || {
+        peak_bytes_during(|| {
+            start.send(()).unwrap();
+            finished.recv().unwrap();
+        })
+        .unwrap()
+        .1
+    });
+    started.recv().unwrap();
+    let held = vec![4u8; 8 * MIB];
+    done.send(()).unwrap();
+    let peak = measuring.join().unwrap();
+    assert_eq!(held.len(), 8 * MIB);
+    assert!(peak < MIB, "the thread that panicked still counted: peak {peak} bytes");
+}

@@ -63,7 +63,7 @@ pub fn forwards() -> Vec<ForwardEntry> {
 
 /// Every backward version, in course order.
 pub fn backwards() -> Vec<BackwardEntry> {
-    entries(lesson05::versions())
+    [entries(lesson05::versions())].into_iter().flatten().collect()
 }
 
 /// Every decoding version, in course order: on the CPU, then in WGSL.
@@ -189,8 +189,8 @@ impl<G> From<DecodeVersion> for Entry<Box<dyn Decoder>, G> {
     }
 }
 
-/// The GPU forward kernel versions, in course order, as the benchmarks and lesson 12's GPU
-/// model take them (to upload once and run many times).
+/// The GPU forward kernel versions, in course order, as the benchmarks and the course-wide
+/// model tests take them (to upload once and run many times).
 pub fn gpu_kernels() -> Vec<gpu::attention::KernelVersion> {
     let kernel = |entry: ForwardEntry| match entry.code {
         Code::Gpu(kernel) => Some(kernel),

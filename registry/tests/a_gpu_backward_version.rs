@@ -6,7 +6,8 @@
 //! buffers uploaded once (or the forward's reused in place), its dispatches, the gradients
 //! read back.
 //!
-//! The dummy computes only `D_i = dO_i . O_i` and writes zero gradients: it is checked for
+//! The dummy computes only `D_i = dO_i . O_i` and writes placeholder gradients (every element
+//! of dQ 1, of dK 2, of dV 3, so that a test sees they were written): it is checked for
 //! what it computes, and never registered.
 
 use gpu::attention::{KernelVersion, Prepared};
@@ -19,7 +20,7 @@ mod dummy_lesson {
     use gpu::kernel::{Dispatch, compile, workgroup_count};
     use reference::{About, AttentionError, Device};
 
-    /// `D` for every row, then zeros for every gradient.
+    /// `D` for every row, then the placeholder gradients.
     pub const SHADER: &str = "
 struct Params { slices: u32, q_len: u32, kv_len: u32, head_dim: u32,
                 scale: f32, causal: u32, pad0: u32, pad1: u32 }
@@ -43,9 +44,9 @@ fn delta_rows(@builtin(global_invocation_id) id: vec3<u32>) {
 }
 
 @compute @workgroup_size(64)
-fn zero_gradients(@builtin(global_invocation_id) id: vec3<u32>) {
-    if id.x < arrayLength(&dq) { dq[id.x] = 0.0; }
-    if id.x < arrayLength(&dk) { dk[id.x] = 0.0; dv[id.x] = 0.0; }
+fn placeholder_gradients(@builtin(global_invocation_id) id: vec3<u32>) {
+    if id.x < arrayLength(&dq) { dq[id.x] = 1.0; }
+    if id.x < arrayLength(&dk) { dk[id.x] = 2.0; dv[id.x] = 3.0; }
 }
 ";
 
@@ -61,7 +62,7 @@ fn zero_gradients(@builtin(global_invocation_id) id: vec3<u32>) {
             let rows = s.batch * s.heads * s.q_len;
             let elements = s.batch * s.heads * s.q_len.max(s.kv_len) * io.row_stride;
             let mut dispatches = Vec::new();
-            for (entry, threads) in [("delta_rows", rows), ("zero_gradients", elements)] {
+            for (entry, threads) in [("delta_rows", rows), ("placeholder_gradients", elements)] {
                 let pipeline = compile(device, "dummy backward", SHADER, entry, &[])?;
                 let bind_group = io.bind_used(device, &pipeline, SHADER, entry)?;
                 let workgroups = [workgroup_count(threads.div_ceil(64)), 1, 1];
@@ -77,7 +78,7 @@ fn zero_gradients(@builtin(global_invocation_id) id: vec3<u32>) {
     }
 
     fn entry_label(entry: &str) -> &'static str {
-        if entry == "delta_rows" { "D = rowsum(dO * O)" } else { "zero gradients" }
+        if entry == "delta_rows" { "D = rowsum(dO * O)" } else { "placeholder gradients" }
     }
 
     /// The module's one version, as a lesson's `versions()` gives it.
@@ -86,7 +87,7 @@ fn zero_gradients(@builtin(global_invocation_id) id: vec3<u32>) {
             "dummy GPU backward",
             "lesson13",
             Device::Gpu,
-            "D only, zero gradients: the shape of a GPU backward version",
+            "D only, placeholder gradients: the shape of a GPU backward version",
         );
         let build = |_: &wgpu::Device, _head_dim: usize| boxed(Ok::<_, AttentionError>(Dummy));
         vec![BackwardKernelVersion::new(about, build)]
@@ -127,7 +128,9 @@ fn it_runs_as_every_registered_backward_version_runs() {
     let d_o = Problem::random(&ProblemSpec::new(2, 3, 17, 17, 8), 2).q;
     let grads = (dummy.backward)(&p.q, &p.k, &p.v, &p.options, &forward, &d_o).unwrap();
     assert_eq!((grads.dq.dim(), grads.dk.dim(), grads.dv.dim()), (p.q.dim(), p.k.dim(), p.v.dim()));
-    assert!(grads.dq.iter().chain(&grads.dk).chain(&grads.dv).all(|&g| g == 0.0));
+    for (gradient, placeholder) in [(&grads.dq, 1.0), (&grads.dk, 2.0), (&grads.dv, 3.0)] {
+        assert!(gradient.iter().all(|&g| g == placeholder), "not written: {gradient:?}");
+    }
     // Bad input is refused before any kernel runs, as for every backward version.
     let mut bad = d_o.clone();
     bad[[1, 2, 3, 4]] = f32::NAN;
@@ -189,4 +192,49 @@ fn a_kernel_that_reads_another_format_cannot_reuse_a_forward_s_buffers() {
         .err()
         .expect("f32 buffers for an f16 kernel");
     assert!(err.to_string().contains("expected the same format and row stride"), "{err}");
+}
+
+#[test]
+fn a_kernel_that_needs_f16_s_range_cannot_reuse_buffers_never_checked_for_it() {
+    /// Reads f32 and splits it into f16s, as lesson 10's version 11 does.
+    struct SplitReader;
+    impl BackwardKernel for SplitReader {
+        fn inputs_fit_f16(&self) -> bool {
+            true
+        }
+        fn dispatches(
+            &self,
+            _: &wgpu::Device,
+            _: &BackwardBuffers,
+        ) -> Result<Vec<gpu::kernel::Dispatch>, AttentionError> {
+            Ok(Vec::new())
+        }
+    }
+    let Some(gpu) = gpu::for_tests() else { return };
+    let mut p = Problem::random(&ProblemSpec::new(1, 1, 5, 5, 16), 6);
+    p.k[[0, 0, 1, 2]] = 1e6; // beyond f16's largest number, 65504
+    let kernel = (lesson09::versions().remove(0).build)(&gpu.device, 16).unwrap();
+    let forward =
+        Prepared::new(&gpu.device, kernel.as_ref(), &p.q, &p.k, &p.v, &p.options).unwrap();
+    let err = BackwardBuffers::after_forward(&gpu.device, &SplitReader, &forward.io, &p.q)
+        .err()
+        .expect("buffers never checked for f16's range");
+    assert!(err.to_string().contains("f16's range"), "{err}");
+    // Uploaded for it, the same input is refused where it is: K at [0, 0, 1, 2].
+    let d_o = p.q.clone();
+    let lse = ndarray::Array3::zeros((1, 1, 5));
+    let forward = reference::AttentionOutput { o: p.q.clone(), lse };
+    let err = BackwardBuffers::upload(
+        &gpu.device,
+        &SplitReader,
+        &p.q,
+        &p.k,
+        &p.v,
+        &p.options,
+        &forward,
+        &d_o,
+    )
+    .err()
+    .expect("K holds a number f16 cannot hold");
+    assert!(matches!(err, AttentionError::NotRepresentable { tensor: "K", .. }), "{err}");
 }

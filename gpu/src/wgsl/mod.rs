@@ -22,7 +22,10 @@ pub fn specialise(source: &str, constants: &[(&str, usize)]) -> Result<String, A
             GpuError::KernelMisuse(format!("the shader declares no `{declaration}...;`"))
         })?;
         let value_start = start + declaration.len();
-        let end = value_start + text[value_start..].find(';').expect("a declaration ends");
+        let end = value_start
+            + text[value_start..].find(';').ok_or_else(|| {
+                GpuError::KernelMisuse(format!("`{declaration}...` ends without a `;`"))
+            })?;
         text.replace_range(value_start..end, &format!("{value}u"));
     }
     Ok(text)
@@ -39,5 +42,7 @@ mod tests {
         assert_eq!(text, "const A: u32 = 4u;\nconst B: u32 = 16u;\n");
         let err = specialise(source, &[("C", 1)]).unwrap_err().to_string();
         assert!(err.contains("declares no `const C: u32 = ...;`"), "{err}");
+        let err = specialise("const A: u32 = 1u", &[("A", 2)]).unwrap_err().to_string();
+        assert!(err.contains("ends without a `;`"), "{err}");
     }
 }

@@ -79,7 +79,10 @@ fn marked_loop(
     if !text[header_start..].starts_with("for (") {
         return Err(misuse("`// unroll` must be the line right before a `for` loop".to_string()));
     }
-    let open = header_start + text[header_start..].find('{').expect("a loop has a body");
+    let body_at = text[header_start..].find('{').ok_or_else(|| {
+        misuse("the `// unroll` loop has no body; expected `for (...) { ... }`".to_string())
+    })?;
+    let open = header_start + body_at;
     let header = &text[header_start..open];
     let (variable, bound) = parse_header(header)?;
     let close = matching_brace(text, open)?;
@@ -215,6 +218,8 @@ fn f() -> u32 {
         let source = SHADER.replace("total += i * 10u + j;", "if j == 1u { break; }");
         let err = unroll(&source).unwrap_err().to_string();
         assert!(err.contains("`break`, `continue`"), "{err}");
+        // A loop without a body is an error too, never a panic.
+        assert!(unroll("fn f() {\n    // unroll\n    for (var i = 0u; i < N; i++)").is_err());
     }
 
     #[test]

@@ -8,26 +8,16 @@
 //! loop order, online softmax, `O` normalised once) and are checked against the same f64
 //! oracle.
 //!
-//! | version | what it adds |
-//! |---|---|
-//! | [`v1_register_tiles`] | register micro-tiles: a 4 x 4 block of scores per thread, exp2, masks only where needed |
-//! | [`v2_tensor_cores`] | tensor cores (WGSL cooperative matrices): f16 inputs, f32 sums, lazy rescale |
-//! | [`v3_no_bounds_checks`] | version 2's shader without wgpu's run-time bounds checks |
-//! | [`v4_specialised`] | constants instead of overrides, 32 rows per subgroup, prefetch |
-//! | [`v5_pipelined`] | software pipelining: products of one tile beside the softmax of the next, two barriers per tile |
-//! | [`v6_registers`] | loops over fragments unrolled by the host ([`gpu::wgsl::unroll`]): every fragment in registers |
-//! | [`v7_f32_registers`] | version 1 (f32) with version 6's constants and unrolling, subgroup shuffles, prefetch |
-//! | [`v8_arena`] | version 6 with K, V and P in one f16 arena: 8 subgroups of 16 rows fit; K and V read where staged |
-//! | [`v9_overlap`] | version 8 with the next tile's scores computed in the phase of this tile's softmax |
-//! | [`v10_pairs`] | version 9 with subgroups in pairs on 32 rows: each fragment of K and V serves 32 rows |
-//! | [`v11_split_f32`] | f32 inputs as two f16s each on the tensor cores: three products for every one |
+//! The versions, in order, are the modules [`v1_register_tiles`] to [`v11_split_f32`]; the
+//! first line of each module's documentation says what it adds, and each one's card
+//! ([`Version::about`]) says it in the tables of the tour and the benchmarks.
 //!
 //! Each version implements [`Version`] once: its card, the tiles it takes (those it prefers on
-//! a device, those the tests and the tuning try), the workgroup memory they need, and the WGSL
-//! they make. [`Kernel`] compiles any version for a head dimension and tiles and implements the
-//! course's [`AttentionKernel`], so the tests, the registry and the lab treat them all alike;
-//! [`Variant`] is one version with one choice of tiles, whatever the version. Adding a version
-//! is its module and one line in [`versions`].
+//! a device, those the tests and the tuning try; a [`TileShape`] knows its rows and workgroup
+//! memory), and the WGSL they make. [`Kernel`] compiles any version for a head dimension and
+//! tiles and implements the course's [`AttentionKernel`], so the tests, the registry and the
+//! lab treat them all alike; [`Variant`] is one version with one choice of tiles, whatever
+//! the version. Adding a version is its module and one line in [`versions`].
 
 pub mod features;
 pub mod orders;
@@ -130,6 +120,13 @@ pub trait TileShape: Copy + std::fmt::Debug + PartialEq + Send + Sync + 'static 
 
     /// Bytes of workgroup memory the shader declares for this shape at `head_dim`.
     fn workgroup_bytes(&self, head_dim: usize) -> usize;
+
+    /// The shape as the tests tell shapes apart: a choice that changes no index the shader
+    /// computes can be set aside (the size of a group of query tiles, which a test checks at
+    /// a size of its own).
+    fn as_tested(&self) -> Self {
+        *self
+    }
 }
 // ANCHOR_END: version
 
@@ -154,6 +151,18 @@ macro_rules! versions {
         /// Every version with the tiles it prefers at `head_dim`, best first.
         pub fn every_preferred(head_dim: usize) -> Vec<Variant> {
             [$(Variant::preferred::<$module::$version>(head_dim)),*].concat()
+        }
+
+        /// Each version's module, type and number, with its shapes at D = 128: its test
+        /// checks that the number is the key everywhere.
+        #[cfg(test)]
+        fn numbered() -> Vec<(&'static str, &'static str, u32, Vec<Variant>)> {
+            vec![$((
+                stringify!($module),
+                stringify!($version),
+                <$module::$version as Version>::NUMBER,
+                Variant::tried::<$module::$version>(128),
+            )),*]
         }
     };
 }
@@ -257,7 +266,19 @@ impl<V: Version> Kernel<V> {
         leave_out: LeaveOut,
     ) -> Result<Self, AttentionError> {
         Self::check(device, head_dim, &tiles)?;
-        let shader = shader_of::<V>(&tiles, V::compiled_head_dim(head_dim), leave_out)?;
+        let padded = V::compiled_head_dim(head_dim);
+        let shader = shader_of::<V>(&tiles, padded, leave_out)?;
+        let tested = |t: &V::Tiles| t.as_tested() == tiles.as_tested();
+        if shader.checks == Checks::Off && !V::tried(padded).iter().any(tested) {
+            // Its tests prove every index in range on the shapes they try, and only there.
+            return Err(GpuError::KernelMisuse(format!(
+                "{} runs without bounds checks, so only on the tile shapes its tests try at \
+                 D = {padded}; {tiles:?} is not one of them: expected one of {:?}",
+                V::about().name,
+                V::tried(padded)
+            ))
+            .into());
+        }
         Self::from_shader(device, head_dim, tiles, shader)
     }
 
@@ -443,4 +464,23 @@ pub fn first_that_fits<T: Copy>(
         let needed = candidates.last().map_or(0, &bytes);
         AttentionError::TilesDoNotFit { needed, available }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_version_number_is_the_key_everywhere() {
+        let numbered = super::numbered();
+        for (place, (module, version, number, variants)) in (1..).zip(numbered) {
+            assert_eq!(number, place, "{version} is listed in place {place}");
+            assert!(module.starts_with(&format!("v{number}_")), "{module} for {version}");
+            assert_eq!(version, format!("V{number}"));
+            let prefix = format!("v{number} ");
+            for variant in variants {
+                assert_eq!(variant.number, number);
+                assert!(variant.about.name.starts_with(&prefix), "{}", variant.about.name);
+                assert!(variant.describe().starts_with(&prefix), "{}", variant.describe());
+            }
+        }
+    }
 }

@@ -7,7 +7,7 @@ use gpu::wgsl::{specialise, unroll};
 use reference::{About, AttentionError};
 
 use crate::v8_arena::{arena_layout_bytes, kv_stride, kvp};
-use crate::{KeyOrder, LeaveOut, LoadAt, QueryOrder, Shader, V2, TileShape, Version};
+use crate::{KeyOrder, LeaveOut, LoadAt, QueryOrder, Shader, TileShape, V2, Version};
 
 /// Version 10's WGSL source (its constants set by [`gpu::wgsl::specialise`]).
 pub const SOURCE: &str = include_str!("v10_pairs.wgsl");
@@ -81,6 +81,19 @@ impl TileShape for PairTiles {
         let pass_rows = 32 * self.query_passes(head_dim).1;
         let arena = self.kvp(head_dim).max(pass_rows * kv_stride(head_dim));
         arena_layout_bytes(arena, rows, self.block_kv / 4 + 2)
+    }
+
+    /// Any group of query tiles taken longest first is tested as one: the group's size
+    /// changes no index (`orders_of_work_over_several_query_tiles_and_slices` runs groups
+    /// that split the grid).
+    fn as_tested(&self) -> Self {
+        let query_order = match self.query_order {
+            QueryOrder::LongestFirst { workgroups } if workgroups > 0 => {
+                QueryOrder::LongestFirst { workgroups: 1 }
+            }
+            order => order,
+        };
+        Self { query_order, ..*self }
     }
 }
 

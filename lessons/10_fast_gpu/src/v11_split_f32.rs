@@ -7,7 +7,7 @@ use gpu::wgsl::{specialise, unroll};
 use reference::{About, AttentionError, Storage, Tolerance};
 
 use crate::v8_arena::{arena_layout_bytes, kv_stride, kvp};
-use crate::{LeaveOut, Shader, V1, TileShape, Version};
+use crate::{LeaveOut, Shader, TileShape, V1, Version};
 
 /// Version 11's WGSL: f32 inputs, each split into two f16s for the tensor cores.
 pub const SOURCE: &str = include_str!("v11_split_f32.wgsl");

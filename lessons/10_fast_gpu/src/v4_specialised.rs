@@ -6,7 +6,7 @@ use gpu::GpuError;
 use gpu::wgsl::specialise;
 use reference::{About, AttentionError};
 
-use crate::{LeaveOut, Shader, V2, TileShape, Version};
+use crate::{LeaveOut, Shader, TileShape, V2, Version};
 
 /// Version 4's WGSL source (its constants set by [`gpu::wgsl::specialise`]).
 pub const SOURCE: &str = include_str!("v4_specialised.wgsl");

@@ -8,7 +8,7 @@ use gpu::wgsl::{specialise, unroll};
 use ndarray::Array4;
 use reference::{About, AttentionError, AttentionOptions, AttentionOutput, AttentionShape};
 
-use crate::{Kernel, LeaveOut, Shader, V1, TileShape, Version};
+use crate::{Kernel, LeaveOut, Shader, TileShape, V1, Version};
 
 /// Version 7's WGSL source (its constants set by [`gpu::wgsl::specialise`]).
 pub const SOURCE: &str = include_str!("v7_f32_registers.wgsl");
@@ -156,7 +156,7 @@ impl Version for V7 {
         Self::tried(head_dim)
     }
 
-    /// Every tile shape the tests check and the tuning example times at `head_dim`, the
+    /// Every tile shape the tests check and the lab's tuning times at `head_dim`, the
     /// preferred first: large tiles; prefetch only where each thread holds at most 8 vec4s of
     /// K and 8 of V (more would crowd out the scores and O).
     fn tried(head_dim: usize) -> Vec<F32Tiles> {

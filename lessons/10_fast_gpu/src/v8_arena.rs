@@ -6,7 +6,7 @@ use gpu::wgsl::{specialise, unroll};
 use reference::{About, AttentionError};
 
 use crate::v5_pipelined::check_subgroup_tiles;
-use crate::{KeyOrder, LeaveOut, LoadAt, QueryOrder, Shader, V2, TileShape, Version};
+use crate::{KeyOrder, LeaveOut, LoadAt, QueryOrder, Shader, TileShape, V2, Version};
 
 /// Version 8's WGSL source (its constants set by [`gpu::wgsl::specialise`]).
 pub const SOURCE: &str = include_str!("v8_arena.wgsl");
@@ -138,6 +138,19 @@ impl TileShape for ArenaTiles {
         let pass_rows = pass_subgroups * 16 * self.row_tiles;
         let arena = (q_kept + self.kvp(head_dim)).max(pass_rows * kv_stride);
         arena_layout_bytes(arena, rows, s_stride)
+    }
+
+    /// Any group of query tiles taken longest first is tested as one: the group's size
+    /// changes no index (`orders_of_work_over_several_query_tiles_and_slices` runs groups
+    /// that split the grid).
+    fn as_tested(&self) -> Self {
+        let query_order = match self.query_order {
+            QueryOrder::LongestFirst { workgroups } if workgroups > 0 => {
+                QueryOrder::LongestFirst { workgroups: 1 }
+            }
+            order => order,
+        };
+        Self { query_order, ..*self }
     }
 }
 

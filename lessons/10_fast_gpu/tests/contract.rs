@@ -380,6 +380,16 @@ fn what_a_kernel_cannot_run_is_an_error() {
     let huge = RegisterTiles { row_groups: 64, keys_per_thread: 4 };
     let err = Kernel::<V1>::with(device, 256, huge).err().expect("too large");
     assert!(matches!(err, reference::AttentionError::TilesDoNotFit { .. }), "{err}");
+    // A version without bounds checks runs only the shapes its tests try: 4 row groups of 8
+    // rows with 1 key per thread are valid by its rules, but not among them.
+    let untried =
+        F32Tiles { row_groups: 4, rows_per_thread: 8, keys_per_thread: 1, prefetch: false };
+    assert!(untried.check().is_ok() && !V7::tried(32).contains(&untried));
+    if untried.check_subgroups(device).is_ok() {
+        // (where the device runs version 7 at all)
+        let err = Kernel::<V7>::with(device, 32, untried).err().expect("a shape never tried");
+        assert!(err.to_string().contains("only on the tile shapes its tests try"), "{err}");
+    }
     let kernel = Kernel::<V1>::new(device, 32).unwrap();
     let p = Problem::random(&ProblemSpec::new(1, 1, 3, 3, 16), 0);
     let err = attention_on(device, &gpu.queue, &kernel, &p.q, &p.k, &p.v, &p.options).unwrap_err();

@@ -428,6 +428,8 @@ impl<'a> GpuSession<'a> {
             shape,
             row_stride: stride,
             storage: model.attention.storage(),
+            // Q, K and V are written by the model's own kernels, never checked on upload.
+            checked_f16_range: false,
             params: buffers::uniform(device, "params", &params),
             q: model.heads_buffer("Q", n)?,
             k: model.heads_buffer("K", len)?,

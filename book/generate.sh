@@ -208,8 +208,9 @@ fi
 # the peers: the release binaries are built on a machine with Rust and run on the GPU. Each
 # file's first line is the command that made it, and the file names the machine and the date;
 # `bash book/generate.sh --gpu` runs every one of those commands again, on a machine that has
-# both. (lesson10_sass*.txt need no GPU once `shader_stats --out stats` has brought the
-# driver's caches back: `sass stats` disassembles them, with nvdisasm on the PATH.)
+# both, except the outputs named for another device; a command that fails keeps its file.
+# (lesson10_sass*.txt disassemble the driver's caches that `shader_stats --out stats` brings
+# back, with nvdisasm on the PATH.)
 gpu_outputs=(
     gpu_benchmark
     lesson10_occupancy
@@ -263,12 +264,28 @@ gpu_outputs=(
     lesson12_forward_time
 )
 if $gpu; then
+    # The driver's caches that the sass outputs disassemble.
+    cargo run --release -p lab --bin shader_stats -- --out stats >/dev/null
+    # A file named for a device (`_h100`, `_h200`) is made again only on that device.
+    device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 |
+        grep -oiE 'h100|h200' | tr '[:upper:]' '[:lower:]' || true)
     for name in "${gpu_outputs[@]}"; do
+        tag=$(grep -oE '_h(100|200)' <<<"$name" | head -1 || true)
+        if [[ -n "$tag" && "$tag" != "_$device" ]]; then
+            echo "kept $name.txt: measured on another device (${tag#_})" >&2
+            continue
+        fi
         command=$(head -1 "$out/$name.txt")
         command=${command#\$ }
+        # The figures of the runs made on the lent GPUs went to /root/out/fig; here, to target/.
+        run=${command//\/root\/out\/fig/target\/gpu-figures}
         tmp=$(mktemp)
-        { echo "\$ $command"; bash -c "$command" 2>&1; } >"$tmp"
-        mv "$tmp" "$out/$name.txt"
+        if { echo "\$ $command"; bash -c "$run" 2>&1; } >"$tmp"; then
+            mv "$tmp" "$out/$name.txt"
+        else
+            echo "kept $name.txt: its command failed (nvdisasm for the sass outputs?)" >&2
+            rm -f "$tmp"
+        fi
     done
 fi
 

@@ -20,8 +20,9 @@
 //! (`ex08` to `ex10`) and `wgsl_mutants` need the `gpu` feature, which exercises 08 to 10 turn
 //! on.
 //!
-//! Beside them, `tests/equivalence.rs` checks that every registered stage computes the same
-//! attention as the oracle and as every other stage.
+//! Beside them, the course-wide tests (the top-level `tests` package, `tests/equivalence.rs`)
+//! check that every registered version computes the same attention as the oracle and as
+//! every other version.
 
 mod adapter;
 pub mod check;

@@ -88,7 +88,7 @@ impl Format {
 ///
 /// The model's terms already grow like the random-walk estimate of each sum, so a correct
 /// implementation's error is a fraction of the model. Measured with `cargo run --release -p
-/// tour --example error_model` on 2026-11-22 (worst element over every problem, as a fraction
+/// lab --bin error_model` on 2026-11-22 (worst element over every problem, as a fraction
 /// of the model with `c = 1`): 3000 random problems per CPU stage on a 2-core Xeon, f32 at
 /// most 0.81 (lesson 02, one key at a time); 300 per GPU stage on lavapipe, at most 0.73; 1000
 /// per GPU stage on an NVIDIA H100 through Vulkan (driver 580.159.04), at most 0.87 (lesson 09,

@@ -135,7 +135,7 @@ impl About {
     }
 }
 
-/// A CPU forward version: its card and its function.
+/// A forward version: its card and its function (CPU code, or a GPU version on a device).
 pub struct ForwardVersion {
     /// Name, lesson, operation, device, format, tolerance.
     pub about: About,
@@ -143,7 +143,7 @@ pub struct ForwardVersion {
     pub forward: Box<dyn Forward>,
 }
 
-/// A CPU backward version: its card and its function.
+/// A backward version: its card and its function (CPU code, or a GPU version on a device).
 pub struct BackwardVersion {
     /// Name, lesson, operation, device, format, tolerance.
     pub about: About,

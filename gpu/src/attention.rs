@@ -110,6 +110,29 @@ impl AttentionBuffers {
         })
     }
 
+    /// Checks that these buffers, uploaded for another kernel, can feed one that reads
+    /// `storage` with rows aligned to `alignment` ([`check_layout`]) and, where it
+    /// `needs_f16_range`, were checked on upload for f16's range (an f32 input beyond it would
+    /// otherwise become an infinity in the kernel instead of an error). `buffers` names them
+    /// in the error.
+    pub(crate) fn check_reusable(
+        &self,
+        buffers: &str,
+        storage: Storage,
+        alignment: usize,
+        needs_f16_range: bool,
+    ) -> Result<(), AttentionError> {
+        check_layout(buffers, self.storage, self.row_stride, self.shape, storage, alignment)?;
+        if needs_f16_range && !self.checked_f16_range {
+            return Err(GpuError::KernelMisuse(format!(
+                "the kernel needs its inputs in f16's range, and {buffers} were uploaded for a \
+                 kernel that did not check it; expected buffers uploaded for this kernel"
+            ))
+            .into());
+        }
+        Ok(())
+    }
+
     /// Fills O and L with NaN, so that a kernel that leaves an element unwritten is caught
     /// by the next check of its output (buffers shared between kernels would otherwise still
     /// hold the previous kernel's answer).
@@ -240,24 +263,6 @@ pub(crate) fn check_layout(
     .into())
 }
 
-/// Checks that a kernel that needs its inputs in f16's range (`needs_f16_range`) gets buffers
-/// whose inputs were checked for it on upload: an f32 input beyond f16's range would
-/// otherwise become an infinity in the kernel instead of an error.
-pub(crate) fn check_f16_range_checked(
-    io: &AttentionBuffers,
-    needs_f16_range: bool,
-) -> Result<(), AttentionError> {
-    if needs_f16_range && !io.checked_f16_range {
-        return Err(GpuError::KernelMisuse(
-            "the kernel needs its inputs in f16's range, and these buffers were uploaded for a \
-             kernel that did not check it; expected buffers uploaded for this kernel"
-                .to_string(),
-        )
-        .into());
-    }
-    Ok(())
-}
-
 /// The uniform for `shape` (for a caller that binds its own buffers, as lesson 12's GPU model
 /// does); an error if a size does not fit the shader's `u32`.
 pub fn params_of(
@@ -349,8 +354,7 @@ impl Prepared {
         io: &AttentionBuffers,
     ) -> Result<Self, AttentionError> {
         let (storage, alignment) = (kernel.storage(), kernel.row_alignment());
-        check_layout("buffers uploaded", io.storage, io.row_stride, io.shape, storage, alignment)?;
-        check_f16_range_checked(io, kernel.inputs_fit_f16())?;
+        io.check_reusable("buffers uploaded", storage, alignment, kernel.inputs_fit_f16())?;
         let dispatches = kernel.dispatches(device, io)?;
         Ok(Self { io: io.clone(), dispatches })
     }

@@ -26,9 +26,7 @@ use reference::{
     Gradients, Storage, check_backward_inputs, check_dims, check_finite,
 };
 
-use crate::attention::{
-    AttentionBuffers, check_f16_range_checked, check_layout, download_rows, params_of, upload_rows,
-};
+use crate::attention::{AttentionBuffers, download_rows, params_of, upload_rows};
 use crate::buffers;
 use crate::kernel::{Bound, Dispatch, bind, bindings_used};
 use crate::version::GpuVersion;
@@ -110,13 +108,12 @@ impl BackwardBuffers {
         d_o: &Array4<f32>,
     ) -> Result<Self, AttentionError> {
         let (shape, stride) = (forward.shape, forward.row_stride);
-        let (storage, alignment) = (kernel.storage(), kernel.row_alignment());
-        check_layout("a forward's buffers", forward.storage, stride, shape, storage, alignment)?;
-        check_f16_range_checked(forward, kernel.inputs_fit_f16())?;
+        let (storage, alignment, fit_f16) =
+            (kernel.storage(), kernel.row_alignment(), kernel.inputs_fit_f16());
+        forward.check_reusable("a forward's buffers", storage, alignment, fit_f16)?;
         let (b, h, n, d) = shape.q_dims();
         check_dims("dO", d_o.dim().into(), "Q", [b, h, n, d])?;
         check_finite("dO", d_o)?;
-        let fit_f16 = kernel.inputs_fit_f16();
         let d_o = upload_rows(device, "dO", d_o, stride, forward.storage, fit_f16)?;
         let inputs = Inputs {
             params: forward.params.clone(),

@@ -168,27 +168,38 @@ fn after_a_forward_on_the_gpu_only_d_o_is_uploaded() {
     assert!(err.to_string().contains("dO"), "{err}");
 }
 
+/// A backward kernel that dispatches nothing and only says how it reads its inputs: what
+/// the checks of reused buffers look at.
+struct Reads {
+    storage: reference::Storage,
+    inputs_fit_f16: bool,
+}
+
+impl BackwardKernel for Reads {
+    fn storage(&self) -> reference::Storage {
+        self.storage
+    }
+    fn inputs_fit_f16(&self) -> bool {
+        self.inputs_fit_f16
+    }
+    fn dispatches(
+        &self,
+        _: &wgpu::Device,
+        _: &BackwardBuffers,
+    ) -> Result<Vec<gpu::kernel::Dispatch>, AttentionError> {
+        Ok(Vec::new())
+    }
+}
+
 #[test]
 fn a_kernel_that_reads_another_format_cannot_reuse_a_forward_s_buffers() {
-    struct F16Reader;
-    impl BackwardKernel for F16Reader {
-        fn storage(&self) -> reference::Storage {
-            reference::Storage::F16
-        }
-        fn dispatches(
-            &self,
-            _: &wgpu::Device,
-            _: &BackwardBuffers,
-        ) -> Result<Vec<gpu::kernel::Dispatch>, AttentionError> {
-            Ok(Vec::new())
-        }
-    }
+    let f16_reader = Reads { storage: reference::Storage::F16, inputs_fit_f16: true };
     let Some(gpu) = gpu::for_tests() else { return };
     let p = Problem::random(&ProblemSpec::new(1, 1, 5, 5, 16), 5);
     let kernel = (lesson09::versions().remove(0).build)(&gpu.device, 16).unwrap();
     let forward =
         Prepared::new(&gpu.device, kernel.as_ref(), &p.q, &p.k, &p.v, &p.options).unwrap();
-    let err = BackwardBuffers::after_forward(&gpu.device, &F16Reader, &forward.io, &p.q)
+    let err = BackwardBuffers::after_forward(&gpu.device, &f16_reader, &forward.io, &p.q)
         .err()
         .expect("f32 buffers for an f16 kernel");
     assert!(err.to_string().contains("expected the same format and row stride"), "{err}");
@@ -196,27 +207,15 @@ fn a_kernel_that_reads_another_format_cannot_reuse_a_forward_s_buffers() {
 
 #[test]
 fn a_kernel_that_needs_f16_s_range_cannot_reuse_buffers_never_checked_for_it() {
-    /// Reads f32 and splits it into f16s, as lesson 10's version 11 does.
-    struct SplitReader;
-    impl BackwardKernel for SplitReader {
-        fn inputs_fit_f16(&self) -> bool {
-            true
-        }
-        fn dispatches(
-            &self,
-            _: &wgpu::Device,
-            _: &BackwardBuffers,
-        ) -> Result<Vec<gpu::kernel::Dispatch>, AttentionError> {
-            Ok(Vec::new())
-        }
-    }
+    // Reads f32 and splits it into f16s, as lesson 10's version 11 does.
+    let split_reader = Reads { storage: reference::Storage::F32, inputs_fit_f16: true };
     let Some(gpu) = gpu::for_tests() else { return };
     let mut p = Problem::random(&ProblemSpec::new(1, 1, 5, 5, 16), 6);
     p.k[[0, 0, 1, 2]] = 1e6; // beyond f16's largest number, 65504
     let kernel = (lesson09::versions().remove(0).build)(&gpu.device, 16).unwrap();
     let forward =
         Prepared::new(&gpu.device, kernel.as_ref(), &p.q, &p.k, &p.v, &p.options).unwrap();
-    let err = BackwardBuffers::after_forward(&gpu.device, &SplitReader, &forward.io, &p.q)
+    let err = BackwardBuffers::after_forward(&gpu.device, &split_reader, &forward.io, &p.q)
         .err()
         .expect("buffers never checked for f16's range");
     assert!(err.to_string().contains("f16's range"), "{err}");
@@ -226,7 +225,7 @@ fn a_kernel_that_needs_f16_s_range_cannot_reuse_buffers_never_checked_for_it() {
     let forward = reference::AttentionOutput { o: p.q.clone(), lse };
     let err = BackwardBuffers::upload(
         &gpu.device,
-        &SplitReader,
+        &split_reader,
         &p.q,
         &p.k,
         &p.v,

@@ -104,6 +104,18 @@ impl QueryOrder {
         QueryOrder::LongestFirst { workgroups: 256 * per_multiprocessor }
     }
 
+    /// The order as the tests tell orders apart: any group of query tiles taken longest first
+    /// is tested as one, since the group's size changes no index
+    /// (`orders_of_work_over_several_query_tiles_and_slices` runs groups that split the grid).
+    pub(crate) fn as_tested(self) -> Self {
+        match self {
+            QueryOrder::LongestFirst { workgroups } if workgroups > 0 => {
+                QueryOrder::LongestFirst { workgroups: 1 }
+            }
+            order => order,
+        }
+    }
+
     /// Whether `version` can take this order: groups of at least one workgroup.
     pub(crate) fn check(self, version: &str) -> Result<(), AttentionError> {
         if self == (QueryOrder::LongestFirst { workgroups: 0 }) {

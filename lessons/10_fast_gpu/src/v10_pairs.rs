@@ -83,17 +83,9 @@ impl TileShape for PairTiles {
         arena_layout_bytes(arena, rows, self.block_kv / 4 + 2)
     }
 
-    /// Any group of query tiles taken longest first is tested as one: the group's size
-    /// changes no index (`orders_of_work_over_several_query_tiles_and_slices` runs groups
-    /// that split the grid).
+    /// Tested in any group size ([`QueryOrder::as_tested`]).
     fn as_tested(&self) -> Self {
-        let query_order = match self.query_order {
-            QueryOrder::LongestFirst { workgroups } if workgroups > 0 => {
-                QueryOrder::LongestFirst { workgroups: 1 }
-            }
-            order => order,
-        };
-        Self { query_order, ..*self }
+        Self { query_order: self.query_order.as_tested(), ..*self }
     }
 }
 

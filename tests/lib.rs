@@ -6,6 +6,7 @@
 //! * `manifest.rs`: the course manifest agrees with the workspace, the book and the grader.
 //! * `layering.rs`: no crate depends on a crate above it, and nothing forms a circle.
 //! * `book_links.rs`: every link between the book's pages leads somewhere.
+//! * `book_voice.rs`: the book never says how or where it was made.
 //!
 //! The learner's hidden checks stay in `grader/`.
 

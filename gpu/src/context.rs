@@ -109,6 +109,12 @@ impl Gpu {
         has_tensor_cores(&self.device)
     }
 
+    /// Whether the adapter is software that runs on the CPU (lavapipe): the same kernels,
+    /// hundreds of times slower than a GPU's.
+    pub fn runs_on_the_cpu(&self) -> bool {
+        self.info.device_type == wgpu::DeviceType::Cpu
+    }
+
     /// One line for tables and logs: `NVIDIA H200 (Vulkan, DiscreteGpu, driver 580.159.04)`.
     pub fn describe(&self) -> String {
         let info = &self.info;

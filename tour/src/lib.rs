@@ -159,34 +159,80 @@ fn backward_row(m: &BackwardMeasurement) -> String {
 /// The tour's table: one row per measurement. "of bound" is the worst element's error as a
 /// fraction of what the error model allows it (below 1 passes).
 pub fn table(measurements: &[Measurement]) -> String {
-    let mut out = format!(
-        "{:<10} {:<27} {:>10} {:>10} {:>9} {:>10} {:>12}  {}\n",
-        "package", "stage", "rel err O", "rel err L", "of bound", "time", "working mem", "check"
-    );
+    let mut out = table_header();
     for m in measurements {
-        let (errors, verdict) = match &m.comparisons {
-            Ok([o, lse]) => (
-                format!(
-                    "{:>10.2e} {:>10.2e} {:>9.3}",
-                    o.rel_frobenius_error,
-                    lse.rel_frobenius_error,
-                    o.worst_ratio.max(lse.worst_ratio)
-                ),
-                "ok".to_string(),
-            ),
-            Err(why) => (format!("{:>31}", "-"), format!("FAILED: {}", why.replace('\n', "; "))),
-        };
-        out += &format!(
-            "{:<10} {:<27} {} {:>10} {:>12}  {}\n",
-            m.package,
-            m.name,
-            errors,
-            format_duration(m.time),
-            format_bytes(m.working_bytes),
-            verdict
-        );
+        out += &row_start(m.package, m.name);
+        out += &row_end(m);
     }
     out
+}
+
+/// The header line of [`table`].
+pub fn table_header() -> String {
+    format!(
+        "{:<10} {:<27} {:>10} {:>10} {:>9} {:>10} {:>12}  {}\n",
+        "package", "stage", "rel err O", "rel err L", "of bound", "time", "working mem", "check"
+    )
+}
+
+/// The start of a row of [`table`]: the stage's package and name, printed before it runs so
+/// that a slow stage shows which one it is.
+pub fn row_start(package: &str, name: &str) -> String {
+    format!("{package:<10} {name:<27} ")
+}
+
+/// The rest of a row of [`table`], after [`row_start`]: what the stage measured.
+pub fn row_end(m: &Measurement) -> String {
+    let (errors, verdict) = match &m.comparisons {
+        Ok([o, lse]) => (
+            format!(
+                "{:>10.2e} {:>10.2e} {:>9.3}",
+                o.rel_frobenius_error,
+                lse.rel_frobenius_error,
+                o.worst_ratio.max(lse.worst_ratio)
+            ),
+            "ok".to_string(),
+        ),
+        Err(why) => (format!("{:>31}", "-"), format!("FAILED: {}", why.replace('\n', "; "))),
+    };
+    format!(
+        "{} {:>10} {:>12}  {}\n",
+        errors,
+        format_duration(m.time),
+        format_bytes(m.working_bytes),
+        verdict
+    )
+}
+
+/// The versions that cannot run on this machine, in one line per reason: `versions (why)`.
+/// A reason that names its version (`..., which v2 tensor cores needs`) is said once for all
+/// the versions it holds for.
+pub fn cannot_run(cannot: &[(reference::About, AttentionError)]) -> Vec<String> {
+    let mut reasons: Vec<(String, Vec<&str>)> = Vec::new();
+    for (about, why) in cannot {
+        let why = why.to_string().replace(&format!("which {} needs", about.name), "which they need");
+        match reasons.iter_mut().find(|(reason, _)| *reason == why) {
+            Some((_, names)) => names.push(about.name),
+            None => reasons.push((why, vec![about.name])),
+        }
+    }
+    reasons.into_iter().map(|(why, names)| format!("{} ({why})", names.join(", "))).collect()
+}
+
+/// The longest sequence the GPU rows take on a software adapter unless `--gpu-seq` says
+/// otherwise: lavapipe runs lesson 8's kernels at N = 2048 for half a minute each.
+pub const SOFTWARE_ADAPTER_SEQ: usize = 512;
+
+/// The problem of the GPU rows: `spec`, with its sequences cut to `gpu_seq` if given, or to
+/// [`SOFTWARE_ADAPTER_SEQ`] on a software adapter.
+pub fn gpu_problem(spec: &reference::ProblemSpec, gpu_seq: Option<usize>, software: bool) -> reference::ProblemSpec {
+    let longest = gpu_seq.or(software.then_some(SOFTWARE_ADAPTER_SEQ));
+    let mut cut = *spec;
+    if let Some(longest) = longest {
+        cut.q_len = cut.q_len.min(longest);
+        cut.kv_len = cut.kv_len.min(longest);
+    }
+    cut
 }
 
 /// `1.23 s`, `45.6 ms`, `789 µs`.
@@ -364,5 +410,36 @@ mod tests {
         assert_eq!(format_duration(Duration::from_micros(789)), "789 µs");
         assert_eq!(format_duration(Duration::from_millis(45)), "45.0 ms");
         assert_eq!(format_duration(Duration::from_millis(1234)), "1.23 s");
+    }
+
+    #[test]
+    fn a_software_adapter_takes_a_shorter_problem() {
+        let spec = reference::ProblemSpec::new(1, 8, 2048, 1024, 64);
+        assert_eq!(gpu_problem(&spec, None, false), spec);
+        let cut = gpu_problem(&spec, None, true);
+        assert_eq!((cut.q_len, cut.kv_len), (SOFTWARE_ADAPTER_SEQ, SOFTWARE_ADAPTER_SEQ));
+        assert_eq!((cut.batch, cut.heads, cut.head_dim), (1, 8, 64));
+        let asked = gpu_problem(&spec, Some(1536), true);
+        assert_eq!((asked.q_len, asked.kv_len), (1536, 1024));
+        assert_eq!(gpu_problem(&spec, Some(4096), false), spec);
+    }
+
+    #[test]
+    fn versions_that_cannot_run_for_one_reason_share_a_line() {
+        let about = |name| reference::About { name, ..registry::forwards()[0].about };
+        let missing = |name: &str| AttentionError::InvalidFeature {
+            feature: "tensor cores",
+            found: format!("none, which {name} needs"),
+            expected: "an adapter that has them".into(),
+        };
+        let lines = cannot_run(&[
+            (about("v2 a"), missing("v2 a")),
+            (about("v3 b"), missing("v3 b")),
+            (about("v4 c"), AttentionError::InvalidScale(0.0)),
+        ]);
+        let shared = missing("v2 a").to_string().replace("which v2 a needs", "which they need");
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert_eq!(lines[0], format!("v2 a, v3 b ({shared})"));
+        assert_eq!(lines[1], format!("v4 c ({})", AttentionError::InvalidScale(0.0)));
     }
 }

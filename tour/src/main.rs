@@ -1,24 +1,55 @@
 //! `cargo run --release`: every stage of the course on one problem, checked against the f64
 //! oracle, with error, time and peak memory. `--help` lists the options.
 
+use std::io::Write;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use reference::memory::{CountingAllocator, count_this_thread};
-use reference::{AttentionOutput, Problem, ProblemSpec, oracle};
+use reference::{
+    AttentionOutput, Device, Expected, ForwardVersion, Problem, ProblemSpec, oracle,
+};
 use tour::{
-    backward_table, decode_measurements, format_bytes, format_duration, measure, measure_backward,
-    model_rows, model_table, table,
+    Measurement, backward_table, cannot_run, decode_measurements, format_bytes, format_duration,
+    gpu_problem, measure, measure_backward, model_rows, model_table, row_end, row_start, table,
+    table_header,
 };
 
 #[global_allocator]
 static ALLOC: CountingAllocator = CountingAllocator;
 
 const USAGE: &str = "\
-usage: cargo run --release -- [--batch B] [--heads H] [--seq N] [--kv-seq NKV] [--head-dim D] [--causal] [--seed S]
+usage: cargo run --release -- [--batch B] [--heads H] [--seq N] [--kv-seq NKV] [--head-dim D] [--causal] [--seed S] [--gpu-seq N]
 
 Runs every stage of the course on one random problem (default B=1 H=8 N=2048 D=64, not causal),
-checks each against the f64 oracle and prints relative and max errors, time and peak memory.";
+checks each against the f64 oracle and prints relative and max errors, time and peak memory.
+On a software adapter (lavapipe), which runs the GPU's kernels on the CPU, the GPU rows take
+at most N=512 (both Nq and Nkv), or --gpu-seq N; on a GPU, the whole problem.";
+
+/// Runs each of `versions` on `problem`, printing its row as it goes (its name first, so a
+/// slow stage shows which it is), or `None` after printing why the memory count failed.
+fn run_rows(
+    versions: &[&ForwardVersion],
+    problem: &Problem,
+    expected: &Expected,
+) -> Option<Vec<Measurement>> {
+    let mut rows = Vec::new();
+    for version in versions {
+        print!("{}", row_start(version.about.lesson, version.about.name));
+        let _ = std::io::stdout().flush();
+        match measure(version, problem, expected) {
+            Ok(m) => {
+                print!("{}", row_end(&m));
+                rows.push(m);
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                return None;
+            }
+        }
+    }
+    Some(rows)
+}
 
 fn main() -> ExitCode {
     // The parallel stages run on rayon's workers: their allocations count in the working
@@ -26,7 +57,7 @@ fn main() -> ExitCode {
     let counted = rayon::ThreadPoolBuilder::new().start_handler(|_| count_this_thread());
     counted.build_global().expect("the tour builds rayon's pool before anything uses it");
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let (spec, seed) = match parse_args(&args) {
+    let (spec, seed, gpu_seq) = match parse_args(&args) {
         Ok(Some(parsed)) => parsed,
         Ok(None) => {
             println!("{USAGE}");
@@ -61,28 +92,49 @@ fn main() -> ExitCode {
     println!("f64 oracle: {}\n", format_duration(start.elapsed()));
 
     let forwards = registry::runnable_forwards();
+    let (on_cpu, on_gpu): (Vec<_>, Vec<_>) =
+        forwards.runs.iter().partition(|version| version.about.device == Device::Cpu);
+    print!("{}", table_header());
+    let Some(mut measurements) = run_rows(&on_cpu, &problem, &expected) else {
+        return ExitCode::FAILURE;
+    };
     match gpu::Gpu::shared() {
-        Ok(gpu) => println!("GPU: {}", gpu.describe()),
-        Err(e) => println!("GPU versions left out: {e}"),
-    }
-    let no_adapter = gpu::Gpu::shared().err();
-    for (about, why) in &forwards.cannot {
-        if Some(why) != no_adapter.as_ref() {
-            println!("not run on this GPU: {} ({why})", about.name);
-        }
-    }
-    println!();
-    let mut measurements = Vec::new();
-    for version in &forwards.runs {
-        match measure(version, &problem, &expected) {
-            Ok(m) => measurements.push(m),
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::FAILURE;
+        Ok(gpu) => {
+            println!("\nGPU: {}", gpu.describe());
+            for line in cannot_run(&forwards.cannot) {
+                println!("not run on this GPU: {line}");
             }
+            let gpu_spec = gpu_problem(&spec, gpu_seq, gpu.runs_on_the_cpu());
+            let smaller = (gpu_spec != spec).then(|| Problem::random(&gpu_spec, seed));
+            let small_expected;
+            let (gpu_problem, gpu_expected) = match &smaller {
+                None => (&problem, &expected),
+                Some(small) => {
+                    let start = Instant::now();
+                    let Ok(expected) = oracle::expected(&small.q, &small.k, &small.v, &small.options)
+                    else {
+                        eprintln!("error: the f64 oracle refused the GPU rows' problem");
+                        return ExitCode::from(2);
+                    };
+                    println!(
+                        "a software adapter, which runs the kernels on the CPU: the rows below take \
+                         Nq={} Nkv={} (--gpu-seq N sets it), against their own f64 oracle ({})",
+                        gpu_spec.q_len,
+                        gpu_spec.kv_len,
+                        format_duration(start.elapsed())
+                    );
+                    small_expected = expected;
+                    (small, &small_expected)
+                }
+            };
+            print!("{}", table_header());
+            let Some(rows) = run_rows(&on_gpu, gpu_problem, gpu_expected) else {
+                return ExitCode::FAILURE;
+            };
+            measurements.extend(rows);
         }
+        Err(e) => println!("\nGPU versions left out: {e}"),
     }
-    print!("{}", table(&measurements));
     // One decoding step of each decoding version: the last query row against a cache of every
     // key.
     let decoding = match decode_measurements(&problem, &registry::runnable_decodes().runs) {
@@ -170,10 +222,11 @@ fn main() -> ExitCode {
 }
 
 /// `Ok(None)` for `--help`; an error message for anything not understood.
-fn parse_args(args: &[String]) -> Result<Option<(ProblemSpec, u64)>, String> {
+fn parse_args(args: &[String]) -> Result<Option<(ProblemSpec, u64, Option<usize>)>, String> {
     let mut spec = ProblemSpec::new(1, 8, 2048, 2048, 64);
     let mut kv_len = None;
     let mut seed = 0;
+    let mut gpu_seq = None;
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         let mut value = || -> Result<usize, String> {
@@ -190,11 +243,12 @@ fn parse_args(args: &[String]) -> Result<Option<(ProblemSpec, u64)>, String> {
             "--kv-seq" => kv_len = Some(value()?),
             "--head-dim" => spec.head_dim = value()?,
             "--seed" => seed = value()? as u64,
+            "--gpu-seq" => gpu_seq = Some(value()?),
             "--causal" => spec.causal = true,
             "--help" | "-h" => return Ok(None),
             other => return Err(format!("unknown option `{other}`")),
         }
     }
     spec.kv_len = kv_len.unwrap_or(spec.q_len);
-    Ok(Some((spec, seed)))
+    Ok(Some((spec, seed, gpu_seq)))
 }

@@ -29,6 +29,9 @@ pub struct Lesson {
     pub exercise: Option<Exercise>,
     /// Whether its tests and its exercise need a GPU adapter.
     pub gpu: bool,
+    /// What of it needs tensor cores (cooperative matrices) or a vendor's GPU, if anything
+    /// (Markdown); the rest runs on any adapter, lavapipe included.
+    pub tensor_cores: Option<String>,
     /// The numbers of the earlier lessons whose ideas it builds on.
     pub needs: Vec<String>,
 }
@@ -52,6 +55,16 @@ impl Exercise {
 }
 
 impl Lesson {
+    /// What the lesson runs on, for the learning path: `CPU`, `any GPU or lavapipe`, and
+    /// what needs tensor cores where something does.
+    pub fn hardware(&self) -> String {
+        match (&self.gpu, &self.tensor_cores) {
+            (false, _) => "CPU".to_string(),
+            (true, None) => "any GPU or lavapipe".to_string(),
+            (true, Some(what)) => format!("any GPU or lavapipe; tensor cores: {what}"),
+        }
+    }
+
     /// `exercises/<folder>`.
     pub fn exercise_folder(&self) -> String {
         format!("exercises/{}", self.folder)
@@ -122,8 +135,18 @@ pub fn parse(text: &str) -> Result<Vec<Lesson>, ManifestError> {
     Ok(lessons)
 }
 
-const KEYS: [&str; 11] = [
-    "number", "folder", "package", "title", "part", "adds", "exercise", "topic", "writes", "gpu",
+const KEYS: [&str; 12] = [
+    "number",
+    "folder",
+    "package",
+    "title",
+    "part",
+    "adds",
+    "exercise",
+    "topic",
+    "writes",
+    "gpu",
+    "tensor_cores",
     "needs",
 ];
 
@@ -155,6 +178,16 @@ fn lesson(index: usize, entry: &toml::Value) -> Result<Lesson, ManifestError> {
     let gpu = match table.get("gpu") {
         Some(toml::Value::Boolean(b)) => *b,
         _ => return Err(ManifestError(format!("{place}: `gpu` must be true or false"))),
+    };
+    let tensor_cores = match table.get("tensor_cores") {
+        None => None,
+        Some(_) if !gpu => {
+            return Err(ManifestError(format!(
+                "{place}: `tensor_cores` says what needs tensor cores, so the lesson needs a GPU: \
+                 expected `gpu = true`"
+            )));
+        }
+        Some(_) => Some(text("tensor_cores")?),
     };
     let earlier = |n: &str| {
         n.len() == 2
@@ -191,6 +224,7 @@ fn lesson(index: usize, entry: &toml::Value) -> Result<Lesson, ManifestError> {
         adds: text("adds")?,
         exercise,
         gpu,
+        tensor_cores,
         needs,
     })
 }
@@ -378,7 +412,8 @@ pub fn exercise_time(readme: &str) -> Option<(String, bool)> {
 pub fn learning_path(lessons: &[Lesson], root: &std::path::Path) -> Result<String, String> {
     let book_src = root.join("book/src");
     let mut table = String::from(
-        "| | chapter | builds on | reading | exercise | its time (README) |\n|---|---|---|---|---|---|\n",
+        "| | chapter | builds on | hardware | reading | exercise | its time (README) |\n\
+         |---|---|---|---|---|---|---|\n",
     );
     let mut total_minutes = 0;
     let read = |path: std::path::PathBuf| {
@@ -409,10 +444,11 @@ pub fn learning_path(lessons: &[Lesson], root: &std::path::Path) -> Result<Strin
         };
         let cell = |text: &str| text.replace('|', "\\|");
         table.push_str(&format!(
-            "| {} | [{}]({}) | {needs} | {minutes} min | {} | {} |\n",
+            "| {} | [{}]({}) | {needs} | {} | {minutes} min | {} | {} |\n",
             lesson.number.trim_start_matches('0'),
             cell(&lesson.title),
             lesson.chapter(),
+            cell(&lesson.hardware()),
             cell(&exercise),
             cell(&time),
         ));
@@ -480,6 +516,16 @@ mod tests {
     }
 
     #[test]
+    fn the_hardware_column_says_what_runs_where() {
+        let cpu = &parse(ONE).unwrap()[0];
+        assert_eq!(cpu.hardware(), "CPU");
+        let gpu = &parse(&ONE.replace("gpu = false", "gpu = true")).unwrap()[0];
+        assert_eq!(gpu.hardware(), "any GPU or lavapipe");
+        let cores = ONE.replace("gpu = false", "gpu = true\ntensor_cores = \"v2\"");
+        assert_eq!(parse(&cores).unwrap()[0].hardware(), "any GPU or lavapipe; tensor cores: v2");
+    }
+
+    #[test]
     fn mistakes_are_named() {
         let cases = [
             (ONE.replace("gpu = false", "gpu = \"no\""), "`gpu` must be true or false"),
@@ -495,6 +541,14 @@ mod tests {
             ),
             (ONE.replace("needs = []", "needs = \"00\""), "`needs` must be a list"),
             (ONE.replace("needs = []", "needs = [\"+1\"]"), "`needs` holds \"+1\""),
+            (
+                ONE.replace("gpu = false", "gpu = false\ntensor_cores = \"v2\""),
+                "expected `gpu = true`",
+            ),
+            (
+                ONE.replace("gpu = false", "gpu = true\ntensor_cores = \"\""),
+                "`tensor_cores` must be a non-empty string",
+            ),
             ("[lesson]\nnumber = 1\n".to_string(), "no [[lesson]] tables"),
             ("x = 1\n".to_string(), "unknown key `x`"),
             ("[[lesson]\n".to_string(), "course.toml:"),

@@ -231,6 +231,8 @@ gpu_outputs=(
     lesson10_side_by_side_h100_longest_d128
     lesson10_side_by_side_h100_longest_d64
     lesson10_side_by_side_h100_repeat
+    lesson10_side_by_side_h200_d128
+    lesson10_side_by_side_h200_d64
     lesson10_side_by_side_rotated
     lesson10_stats_v10
     lesson10_stats_v8
@@ -262,7 +264,22 @@ gpu_outputs=(
     lesson11_decode_tune
     lesson12_consistency_h200
     lesson12_forward_time
+    tf32_trap_h200
 )
+# gpu_stamp NAME: append where and when a GPU output was measured, to the outputs whose command
+# prints no date (lesson 12's model on the GPU); the others' device lines carry it
+gpu_stamp() {
+    local line gpu driver threads=""
+    line=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)
+    gpu=${line%%, *}
+    driver=${line##*, }
+    case "$1" in
+    lesson12_consistency_h200) ;;
+    lesson12_forward_time) threads=" and its host's $(nproc) CPU threads" ;;
+    *) return 0 ;;
+    esac
+    echo "# measured $(date -u +%Y-%m-%d) on an $gpu (driver $driver)$threads" >>"$out/$1.txt"
+}
 if $gpu; then
     # The driver's caches that the sass outputs disassemble.
     cargo run --release -p lab --bin shader_stats -- --out stats >/dev/null
@@ -277,11 +294,13 @@ if $gpu; then
         fi
         command=$(head -1 "$out/$name.txt")
         command=${command#\$ }
-        # The figures of the runs made on the lent GPUs went to /root/out/fig; here, to target/.
-        run=${command//\/root\/out\/fig/target\/gpu-figures}
+        # The figures of the committed runs went to a folder of their own (`--out fig`); here,
+        # to target/, so that the book's figures change only when copied on purpose.
+        run=${command//--out fig/--out target\/gpu-figures}
         tmp=$(mktemp)
         if { echo "\$ $command"; bash -c "$run" 2>&1; } >"$tmp"; then
             mv "$tmp" "$out/$name.txt"
+            gpu_stamp "$name"
         else
             echo "kept $name.txt: its command failed (nvdisasm for the sass outputs?)" >&2
             rm -f "$tmp"

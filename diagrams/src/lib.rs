@@ -4,16 +4,23 @@
 //! `SoftmaxState` and lesson 11's `chunk`, the workgroups have the tiles lessons 09 and 10
 //! choose, and the memory hierarchy shows the rates the course measured (read from the
 //! benchmark outputs under `book/src/generated/`), and the course map has the lessons, their
-//! prerequisites and exercise times of course.toml.
+//! prerequisites and exercise times of course.toml. The tensor-core pipeline has the tiles
+//! lesson 10's version 10 prefers and the constants of the shader it specialises for them; the
+//! grid's schedule is what version 10's own WGSL computes (its `kv_tile`, `rotation` and
+//! `assignment`, run on the CPU by [`shader`]); the GPT-2 block has lesson 12's precision
+//! strategies with the formats each stores, and lesson 11's paged cache as its code fills it.
 //!
 //! `cargo run -p diagrams` writes them to `book/src/figures/diagrams/` (book/generate.sh runs
 //! it); a test fails when a committed drawing differs from what the code draws now.
 
+pub mod schedule;
+pub mod shader;
 pub mod svg;
 
 mod algorithm;
 mod gpu;
 mod map;
+mod model;
 
 use std::path::Path;
 
@@ -37,7 +44,10 @@ pub fn all(generated: &Path) -> Result<Vec<Diagram>, String> {
         Diagram { name: "mask_tiles", svg: algorithm::mask_tiles() },
         Diagram { name: "backward_flow", svg: algorithm::backward_flow() },
         Diagram { name: "workgroup_mapping", svg: gpu::workgroup_mapping() },
+        Diagram { name: "fast_kernel_pipeline", svg: gpu::fast_kernel_pipeline()? },
         Diagram { name: "split_kv_merge", svg: algorithm::split_kv_merge() },
+        Diagram { name: "grid_schedule", svg: schedule::grid_schedule()? },
+        Diagram { name: "gpt2_block", svg: model::gpt2_block()? },
     ])
 }
 

@@ -48,6 +48,8 @@ impl Text {
     pub const HEADING: Text = Text { size: 15.0, anchor: "middle", bold: true };
     /// 11-pixel text, centred (inside small cells).
     pub const SMALL: Text = Text { size: 11.0, anchor: "middle", bold: false };
+    /// 11-pixel text starting at its point.
+    pub const SMALL_LEFT: Text = Text { size: 11.0, anchor: "start", bold: false };
 }
 
 /// An SVG drawing under construction.

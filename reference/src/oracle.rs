@@ -263,6 +263,7 @@ fn largest_logit_terms(
         .collect()
 }
 
+// ANCHOR: expected_gradients
 /// The oracle's gradients, and for each element the size of the rounding errors an f32
 /// backward pass makes in it, in units of f32's unit roundoff (the error model; the tolerance
 /// multiplies these by the unit roundoff and its safety factor).
@@ -292,6 +293,7 @@ pub struct ExpectedGradients {
     /// What an absolute error of 1 in every visible weight costs each element.
     pub visible_terms: Gradients<f64>,
 }
+// ANCHOR_END: expected_gradients
 
 /// [`attention_backward`], with the error sizes of [`ExpectedGradients`].
 pub fn expected_gradients(

@@ -25,9 +25,11 @@ pub fn running_sum_of_ones<T: Element>(n: usize) -> f32 {
 /// LayerNorm statistics (mean and variance) with the sums `sum x` and `sum x^2` kept in `T`,
 /// and the variance as `sum x^2 / n - mean^2`. For 1024 activations of about 1000 ± 100 (a
 /// large offset, as residual streams have), f16's `sum x` (about 10^6) and `sum x^2` (10^9)
-/// both pass 65504, so the mean is already infinite; bf16's sums stop growing at 2^19, where
-/// its spacing (4096) is larger than any term; f32 keeps both, though `sum x^2 / n - mean^2`
-/// still cancels about two of its digits.
+/// both pass 65504, so the mean is already infinite. A bf16 sum stops growing once half the
+/// spacing of bf16 numbers above it exceeds every term: `sum x` at 2^19 (spacing 4096, terms
+/// about 1000), `sum x^2` at 2^29 (spacing 2^22, terms about 10^6), each about half its true
+/// value, so the mean comes out 512 and the variance 2^29 / 1024 - 512^2 = 2^18. f32 keeps
+/// both, though `sum x^2 / n - mean^2` still cancels about two of its digits.
 pub fn layer_norm_stats<T: Element>(x: &[f32]) -> (f32, f32) {
     let n = x.len() as f32;
     let (sum, sum_sq) = x.iter().fold((T::from_f32(0.0), T::from_f32(0.0)), |(s, s2), &xi| {

@@ -210,7 +210,8 @@ pub fn row_end(m: &Measurement) -> String {
 pub fn cannot_run(cannot: &[(reference::About, AttentionError)]) -> Vec<String> {
     let mut reasons: Vec<(String, Vec<&str>)> = Vec::new();
     for (about, why) in cannot {
-        let why = why.to_string().replace(&format!("which {} needs", about.name), "which they need");
+        let why =
+            why.to_string().replace(&format!("which {} needs", about.name), "which they need");
         match reasons.iter_mut().find(|(reason, _)| *reason == why) {
             Some((_, names)) => names.push(about.name),
             None => reasons.push((why, vec![about.name])),
@@ -225,7 +226,11 @@ pub const SOFTWARE_ADAPTER_SEQ: usize = 512;
 
 /// The problem of the GPU rows: `spec`, with its sequences cut to `gpu_seq` if given, or to
 /// [`SOFTWARE_ADAPTER_SEQ`] on a software adapter.
-pub fn gpu_problem(spec: &reference::ProblemSpec, gpu_seq: Option<usize>, software: bool) -> reference::ProblemSpec {
+pub fn gpu_problem(
+    spec: &reference::ProblemSpec,
+    gpu_seq: Option<usize>,
+    software: bool,
+) -> reference::ProblemSpec {
     let longest = gpu_seq.or(software.then_some(SOFTWARE_ADAPTER_SEQ));
     let mut cut = *spec;
     if let Some(longest) = longest {

@@ -6,9 +6,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use reference::memory::{CountingAllocator, count_this_thread};
-use reference::{
-    AttentionOutput, Device, Expected, ForwardVersion, Problem, ProblemSpec, oracle,
-};
+use reference::{AttentionOutput, Device, Expected, ForwardVersion, Problem, ProblemSpec, oracle};
 use tour::{
     Measurement, backward_table, cannot_run, decode_measurements, format_bytes, format_duration,
     gpu_problem, measure, measure_backward, model_rows, model_table, row_end, row_start, table,
@@ -111,7 +109,8 @@ fn main() -> ExitCode {
                 None => (&problem, &expected),
                 Some(small) => {
                     let start = Instant::now();
-                    let Ok(expected) = oracle::expected(&small.q, &small.k, &small.v, &small.options)
+                    let Ok(expected) =
+                        oracle::expected(&small.q, &small.k, &small.v, &small.options)
                     else {
                         eprintln!("error: the f64 oracle refused the GPU rows' problem");
                         return ExitCode::from(2);

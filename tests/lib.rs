@@ -7,6 +7,7 @@
 //! * `layering.rs`: no crate depends on a crate above it, and nothing forms a circle.
 //! * `book_links.rs`: every link between the book's pages leads somewhere.
 //! * `book_voice.rs`: the book never says how or where it was made.
+//! * `book_numbers.rs`: the numbers the prose quotes from a measurement are its output's.
 //!
 //! The learner's hidden checks stay in `grader/`.
 

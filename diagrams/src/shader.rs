@@ -5,6 +5,7 @@
 //! reading the uniform `params` from the values it is given. Anything else is an error that
 //! names what it met.
 
+use course::ANCHOR;
 use std::collections::HashMap;
 
 use naga::{
@@ -392,10 +393,11 @@ fn compare(op: BinaryOperator, order: std::cmp::Ordering) -> Option<bool> {
     })
 }
 
-/// The lines of `source` between `// ANCHOR: name` and `// ANCHOR_END: name`.
+/// The lines of `source` between the start and end marks of the anchor `name` (mdBook's
+/// marks, spelled by [`course::ANCHOR`] so that no mark with a name appears here).
 pub fn anchored<'a>(source: &'a str, name: &str) -> Result<&'a str, String> {
-    let start_mark = format!("// ANCHOR: {name}\n");
-    let end_mark = format!("// ANCHOR_END: {name}");
+    let start_mark = format!("// {ANCHOR}: {name}\n");
+    let end_mark = format!("// {ANCHOR}_END: {name}");
     let start = source
         .find(&start_mark)
         .map(|i| i + start_mark.len())
@@ -462,8 +464,8 @@ fn f(x: u32, v: vec2<u32>) -> vec2<u32> {
 
     #[test]
     fn an_anchor_s_lines_are_found() {
-        let text = "a\n// ANCHOR: x\nb\nc\n// ANCHOR_END: x\nd";
-        assert_eq!(anchored(text, "x").unwrap(), "b\nc\n");
-        assert!(anchored(text, "y").unwrap_err().contains("ANCHOR: y"));
+        let text = format!("a\n// {ANCHOR}: x\nb\nc\n// {ANCHOR}_END: x\nd");
+        assert_eq!(anchored(&text, "x").unwrap(), "b\nc\n");
+        assert!(anchored(&text, "y").unwrap_err().contains(&format!("{ANCHOR}: y")));
     }
 }

@@ -40,7 +40,6 @@ pub const TENSOR_CORES: wgpu::Features = wgpu::Features::EXPERIMENTAL_COOPERATIV
     .union(wgpu::Features::SHADER_F16)
     .union(wgpu::Features::SUBGROUP);
 
-// ANCHOR: version
 /// What every version of this lesson implements, once. `Tiles` is its shape of work (rows and
 /// keys per workgroup, and the choices it measured); the versions that share a shape of work
 /// share a type (version 9 takes version 8's [`ArenaTiles`]).
@@ -128,9 +127,7 @@ pub trait TileShape: Copy + std::fmt::Debug + PartialEq + Send + Sync + 'static 
         *self
     }
 }
-// ANCHOR_END: version
 
-// ANCHOR: versions
 /// Declares each version's module and lists them, in order, for the course's registry: adding
 /// a version is its module (`vN_name.rs` beside `vN_name.wgsl`) and one line here.
 macro_rules! versions {
@@ -180,7 +177,6 @@ versions! {
     v10_pairs::V10,
     v11_split_f32::V11,
 }
-// ANCHOR_END: versions
 
 pub use v1_register_tiles::RegisterTiles;
 pub use v2_tensor_cores::TensorCoreTiles;

@@ -5,7 +5,7 @@
 // Version 9 gives each subgroup 16 rows: it reads every fragment of the tile of K (for
 // S = Q K^T) and of V (for O += P V) and uses each for one 16-row product. At D = 128 those
 // fragments are 32 of the 48 bytes of workgroup memory that a score costs, and workgroup
-// memory is what the time model of the chapter says bounds the design. Two row tiles per
+// memory is what chapter 10's time model says bounds the design. Two row tiles per
 // subgroup would reuse each fragment twice, but their O alone takes 128 registers at D = 128.
 // Here the two subgroups of a pair share the pair's 32 rows and split the work of both
 // products instead:
@@ -20,22 +20,8 @@
 // (which both subgroups of its pair wrote), 2 lanes a row, and the rescale of O and the
 // output go row by row through S's memory, whoever's fragments hold the row.
 //
-// Measured on an H100 (2026-11-26, the chapter's tables), 4 pairs, 32 keys, K and V read
-// where staged: at D = 128, 156.6 TFLOP/s against version 9's 145.1 at N = 4096 and 180.7
-// against 161.4 at N = 16384 (1.08 and 1.12 times, in one run), in 213 registers against 184.
-// At D = 64 it is slower than version 8 with 16 keys, 121.6 against 161.5 at N = 16384: its
-// 154 registers leave room for one workgroup of 8 subgroups on a multiprocessor, version 8's
-// 107 for two, and the fragments of K and V are a smaller part of a score's bytes there.
-//
-// KEY_ORDER is version 8's: with each workgroup starting at its own tile of K and V (1), 4
-// pairs with 32 keys ran at 164.9 TFLOP/s against 146.1 at D = 128 and N = 4096 (144.0
-// against 127.3 with the causal mask) and 165.4 against 163.1 at 16384, on an H200
-// (2026-11-26, one tune run). With the starts spread over at most 4 MiB of K and V
-// (SPREAD_TILES, without the mask), on an H100 (2026-11-27, one tune run): 168.8 against
-// 147.7 at N = 4096 (142.9 against 130.0 with the mask) and 180.4 against 164.8 at 16384.
-// QUERY_GROUP is version 8's too: with the mask, the query tiles longest first in groups of
-// about 256 workgroups ran at 156.3 TFLOP/s against 143.8 at D = 128 and N = 4096, and 178.1
-// against 168.2 at 16384 (the keys rotated both times; an H100, 2026-11-27, one tune run).
+// KEY_ORDER and QUERY_GROUP are version 8's. What each choice measured, and version 10 beside
+// versions 8 and 9, is in the book's lab notes ("Tuning the fast forward kernels").
 //
 // LEAVE_OUT is for measurements only (lab/src/bin/tune.rs, `--ablate v10`), as in version 6:
 // each bit removes one part of the work, so that the time it costs can be read off.
@@ -55,7 +41,7 @@ const SUBGROUPS: u32 = 8u;           // subgroups of 32 threads per workgroup: 2
 const LOAD_AT: u32 = 0u;             // 0: K and V read where staged; 1: at their phase's start
 const KEY_ORDER: u32 = 0u;           // 0: tiles of K and V in order; 1: rotated (kv_tile)
 // With KEY_ORDER = 1 and no causal mask, the starts are spread over at most this many tiles:
-// 4 MiB of K and V in f16 (the chapter's "Spread over at most 4 MiB").
+// 4 MiB of K and V in f16 (the book's lab notes: "Orders of the keys and of the query tiles").
 const SPREAD_TILES: u32 = 4194304u / (4u * BLOCK_KV * HEAD_DIM);
 // 0: workgroup (x, y) takes query tile x of slice y; W > 0: see `assignment`.
 const QUERY_GROUP: u32 = 0u;
@@ -170,7 +156,7 @@ fn assignment(id: vec2<u32>, query_tiles: u32) -> vec2<u32> {
 // The first key of the u-th tile of K and V that this workgroup reads. With KEY_ORDER = 1 the
 // workgroup starts at tile `rotation` of its `tiles` and wraps around, so that the workgroups
 // of a slice, which run at the same time, start at different tiles instead of all reading
-// tile 0, 1, 2, ... together (the chapter's "Reading the keys in a different order"). Online
+// tile 0, 1, 2, ... together (chapter 10's "The order of the work"). Online
 // softmax takes the tiles in any order; only the rounding of the sums changes.
 fn kv_tile(u: u32, tiles: u32, rotation: u32) -> u32 {
     return ((u + rotation) % max(tiles, 1u)) * BLOCK_KV;
@@ -313,7 +299,6 @@ fn flash_forward(
     }
     workgroupBarrier();
 
-    // ANCHOR: pairs
     for (var t = 0u; t <= tiles; t++) {
         var k_next: array<vec4<f16>, STAGED>;
         var v_now: array<vec4<f16>, STAGED>;
@@ -430,7 +415,6 @@ fn flash_forward(
         }
         workgroupBarrier();
     }
-    // ANCHOR_END: pairs
 
     // O = acc / l, through S's memory a round of columns at a time; L = ln 2 (m + log2 l).
     let total = l + subgroupShuffleXor(l, 1u);

@@ -1,4 +1,3 @@
-// ANCHOR: header
 // Lesson 10, version 11: f32 inputs on the tensor cores, each number split into two f16s.
 //
 // Versions 1 and 7 keep f32 and run on the CUDA cores, and stayed below PyTorch's f32
@@ -31,7 +30,6 @@
 //
 // Layout: Q, K, V [slices, N, CHUNKS] of vec4<f32>, O [slices, Nq, CHUNKS] of vec4<f32>,
 // rows padded with zeros to a multiple of 16 numbers; L [slices, Nq] of f32.
-// ANCHOR_END: header
 
 enable f16;
 enable wgpu_cooperative_matrix;

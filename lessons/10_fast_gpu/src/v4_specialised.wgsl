@@ -1,4 +1,3 @@
-// ANCHOR: header
 // Lesson 10, version 4: tensor cores, specialised and kept busy.
 //
 // What changes from version 3 (same algorithm, same tensor-core products):
@@ -30,7 +29,6 @@
 //
 // Layout: Q, K, V [slices, N, CHUNKS] of vec4<f16>, O [slices, Nq, CHUNKS] of vec4<f32>, rows
 // padded with zeros to a multiple of 16 numbers; L [slices, Nq] of f32.
-// ANCHOR_END: header
 
 enable f16;
 enable wgpu_cooperative_matrix;

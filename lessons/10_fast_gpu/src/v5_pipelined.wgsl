@@ -1,4 +1,3 @@
-// ANCHOR: header
 // Lesson 10, version 5: tensor cores, software-pipelined: two barriers per tile.
 //
 // What changes from version 4 (same products, same lazy rescale, same layout):
@@ -25,7 +24,7 @@
 //     K. Measured on an H100 (lab/src/bin/tune.rs), it was no faster, so the registered kernel
 //     reads V row-major; the option stays for the comparison.
 //
-// Measured, this version is only 1.3 times version 4 (the chapter's tables): the products
+// Measured, this version is only 1.3 times version 4 (the book's lab notes): the products
 // themselves, not the barriers, turned out to be what was slow. Version 6 says why.
 //
 // LEAVE_OUT is for measurements only (lab/src/bin/tune.rs): each bit removes one part of the
@@ -34,7 +33,6 @@
 //
 // Layout: Q, K, V [slices, N, CHUNKS] of vec4<f16>, O [slices, Nq, CHUNKS] of vec4<f32>, rows
 // padded with zeros to a multiple of 16 numbers; L [slices, Nq] of f32.
-// ANCHOR_END: header
 
 enable f16;
 enable wgpu_cooperative_matrix;
@@ -305,7 +303,6 @@ fn flash_forward(
     var m = neg_inf;                         // the row's max so far (log2 units), lazily kept
     var l = 0.0;                             // this lane's part of the row sum
 
-    // ANCHOR: pipeline
     // Prologue: K of tile 0 into workgroup memory; K of tile 1 and V of tile 0 on their way.
     var k_next = fetch(true, slice, 0u, thread);
     workgroupBarrier();                      // Q's fragments are read: kv_tile is free
@@ -360,7 +357,6 @@ fn flash_forward(
     if kv_end > 0u && RUN_VALUES {
         add_values(&o_frag, first_row);
     }
-    // ANCHOR_END: pipeline
 
     // O = acc / l, 16 columns at a time through workgroup memory; L = ln 2 (m + log2 l).
     var total = l;

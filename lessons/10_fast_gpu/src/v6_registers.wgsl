@@ -13,7 +13,7 @@
 // statistics (measured). What did: the host unrolls every loop marked `// unroll` before the
 // driver sees the source (`gpu::wgsl::unroll`), so every index into a fragment array is a
 // constant. Local memory drops to 0, the products alone run at 420 TFLOP/s instead of < 80,
-// and the whole kernel 1.7 times as fast as version 5 (the chapter's tables).
+// and the whole kernel 1.7 times as fast as version 5 (the book's lab notes).
 //
 // The loop runs once more than there are tiles, so that the last tile's O += P V is the same
 // code as every other's:
@@ -240,7 +240,6 @@ fn flash_forward(
     let tiles = (kv_end + BLOCK_KV - 1u) / BLOCK_KV;
     for (var t = 0u; t <= tiles; t++) {
         let kv_start = t * BLOCK_KV;
-        // ANCHOR: values
         // O += P V of the previous tile: P's rows as A operands (f16), V [key][d] row-major
         // as B; one V fragment feeds ROW_TILES products, FRAGMENTS x ROW_TILES independent
         // ones per 16 keys.
@@ -269,7 +268,6 @@ fn flash_forward(
                 }
             }
         }
-        // ANCHOR_END: values
                 // S = Q K^T of this tile, every key block and row tile at once, into workgroup
         // memory. K is stored [key][d]: loaded column-major with stride KV_STRIDE it is K^T.
         // (In the last round, t = tiles, this S is computed from K_tiles and never read.)
@@ -312,7 +310,6 @@ fn flash_forward(
             k_next = fetch(true, slice, kv_start + 2u * BLOCK_KV, thread);
             v_next = fetch(false, slice, kv_start + BLOCK_KV, thread);
         }
-        // ANCHOR: rescale
         // The barrier before the next products, and whether any row's max grew by more than
         // the lazy threshold in this tile: then row i of every O fragment is multiplied by
         // row_rescale[i] before P V adds to it, O_PER_ROUND fragments at a time through the
@@ -352,7 +349,6 @@ fn flash_forward(
         if thread == 0u {
             atomicStore(&rescale_flag[0], 0u);
         }
-        // ANCHOR_END: rescale
     }
 
     // O = acc / l, 16 columns at a time through workgroup memory; L = ln 2 (m + log2 l).

@@ -15,30 +15,14 @@
 //   their staging; 0, right where they are staged (no registers held across the products).
 // - Q passes through the arena in as many passes as it needs to fit where K, V and P will be
 //   (PASS_SUBGROUPS), so the arena is sized for the loop, not for Q.
-// - KEY_ORDER = 1 (added later, after the chapter's "Why N = 4096 runs slower") has each
-//   workgroup of a slice start at its own tile of K and V, spread over the tiles, and wrap
-//   around (kv_tile), instead of every workgroup reading tile 0, 1, 2, ... at about the same
-//   time.
-//   On an H200 (2026-11-26, one tune run), 8 subgroups of 16 rows with 16 keys at D = 64:
-//   148.6 TFLOP/s against 127.0 at N = 4096 (1.17 times; 125.0 against 110.3 with the causal
-//   mask) and 159.9 against 144.6 at 16384. Versions 9 and 10 take the same constant.
-//   Without the mask the starts are spread over at most 4 MiB of K and V (SPREAD_TILES):
-//   spread over a whole slice of 8 MiB (D = 128, N = 16384), version 10 ran at 154.3
-//   TFLOP/s against 163.7 in order and 178.4 with the cap (an H100, 2026-11-27).
-// - QUERY_GROUP = W > 0 (added last) has the workgroups, with the causal mask, take the query
-//   tiles longest first in groups of about W workgroups (assignment), instead of ending each
-//   slice, and the dispatch, with its longest. With the keys rotated, at D = 64 with 512: 142.0
-//   TFLOP/s against 124.9 at N = 4096 with the mask and 159.5 against 154.4 at 16384 (an H100,
-//   2026-11-27, one tune run). Versions 9 and 10 take the same constant.
+// - KEY_ORDER = 1 has each workgroup of a slice start at its own tile of K and V, spread over
+//   at most SPREAD_TILES tiles, and wrap around (kv_tile), instead of every workgroup reading
+//   tile 0, 1, 2, ... at about the same time. Versions 9 and 10 take the same constant.
+// - QUERY_GROUP = W > 0 has the workgroups, with the causal mask, take the query tiles longest
+//   first in groups of about W workgroups (assignment), instead of ending each slice, and the
+//   dispatch, with its longest. Versions 9 and 10 take the same constant.
 //
-// Measured on an H100 (2026-11-25, N = 16384; the chapter's tables): 8 subgroups of 16 rows,
-// Q in registers, K and V read where they are staged, 142 TFLOP/s at D = 64 (32 keys per
-// tile), 1.39 times version 6 in the same run, and 142 at D = 128 (16 keys: with Q staged
-// whole, 32 keys did not fit in 48 KiB). Staged in passes, Q lets 32 keys fit at D = 128:
-// 151 against 147 TFLOP/s with 16 keys, 133 against 127 at N = 4096 (an H200, 2026-11-26).
-// At D = 64, 16 keys then measured faster than 32: 160 against 142 TFLOP/s at N = 16384 (an
-// H100, 2026-11-26) in 107 registers against 143, which leave room for two workgroups on a
-// multiprocessor instead of one; version 8 now takes 16 keys there.
+// What each choice measured is in the book's lab notes ("Tuning the fast forward kernels").
 //
 // The loop is version 6's:
 //
@@ -60,7 +44,7 @@ const Q_IN_REGISTERS: u32 = 1u;      // 1: Q's fragments held in registers; 0: r
 const LOAD_AT: u32 = 0u;             // when the next K and V are read: see the header
 const KEY_ORDER: u32 = 0u;           // 0: tiles of K and V in order; 1: rotated (kv_tile)
 // With KEY_ORDER = 1 and no causal mask, the starts are spread over at most this many tiles:
-// 4 MiB of K and V in f16 (the chapter's "Spread over at most 4 MiB").
+// 4 MiB of K and V in f16 (the book's lab notes: "Orders of the keys and of the query tiles").
 const SPREAD_TILES: u32 = 4194304u / (4u * BLOCK_KV * HEAD_DIM);
 // 0: workgroup (x, y) takes query tile x of slice y; W > 0: see `assignment`.
 const QUERY_GROUP: u32 = 0u;
@@ -167,7 +151,7 @@ fn assignment(id: vec2<u32>, query_tiles: u32) -> vec2<u32> {
 // The first key of the u-th tile of K and V that this workgroup reads. With KEY_ORDER = 1 the
 // workgroup starts at tile `rotation` of its `tiles` and wraps around, so that the workgroups
 // of a slice, which run at the same time, start at different tiles instead of all reading
-// tile 0, 1, 2, ... together (the chapter's "Reading the keys in a different order"). Online
+// tile 0, 1, 2, ... together (chapter 10's "The order of the work"). Online
 // softmax takes the tiles in any order; only the rounding of the sums changes.
 fn kv_tile(u: u32, tiles: u32, rotation: u32) -> u32 {
     return ((u + rotation) % max(tiles, 1u)) * BLOCK_KV;

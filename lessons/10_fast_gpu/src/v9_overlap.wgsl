@@ -1,4 +1,3 @@
-// ANCHOR: header
 // Lesson 10, version 9: version 8 with the scores of each tile computed in the phase that
 // runs the softmax of the tile before it.
 //
@@ -25,7 +24,7 @@
 // QUERY_GROUP: with the causal mask, the query tiles longest first in groups (assignment;
 // not timed for this version).
 //
-// Measured on an H100 (2026-11-26, the chapter's tables), 8 subgroups of 16 rows, Q in
+// Measured on an H100 (2026-11-26, the book's lab notes), 8 subgroups of 16 rows, Q in
 // registers: at D = 128 with 32 keys, 160 TFLOP/s against version 8's 152 at N = 16384 and
 // 144 against 134 at N = 4096 (1.06 to 1.07 times, in one run), in 184 registers against
 // 204. At D = 64, with 16 keys and loads where staged, it is slower: 131 against 160
@@ -35,7 +34,6 @@
 //
 // Layout: Q, K, V [slices, N, CHUNKS] of vec4<f16>, O [slices, Nq, CHUNKS] of vec4<f32>, rows
 // padded with zeros to a multiple of 16 numbers; L [slices, Nq] of f32.
-// ANCHOR_END: header
 
 enable f16;
 enable wgpu_cooperative_matrix;
@@ -49,7 +47,7 @@ const Q_IN_REGISTERS: u32 = 1u;      // 1: Q's fragments held in registers; 0: r
 const LOAD_AT: u32 = 0u;             // when K and V are read: see the header
 const KEY_ORDER: u32 = 0u;           // 0: tiles of K and V in order; 1: rotated (kv_tile)
 // With KEY_ORDER = 1 and no causal mask, the starts are spread over at most this many tiles:
-// 4 MiB of K and V in f16 (the chapter's "Spread over at most 4 MiB").
+// 4 MiB of K and V in f16 (the book's lab notes: "Orders of the keys and of the query tiles").
 const SPREAD_TILES: u32 = 4194304u / (4u * BLOCK_KV * HEAD_DIM);
 // 0: workgroup (x, y) takes query tile x of slice y; W > 0: see `assignment`.
 const QUERY_GROUP: u32 = 0u;
@@ -156,7 +154,7 @@ fn assignment(id: vec2<u32>, query_tiles: u32) -> vec2<u32> {
 // The first key of the u-th tile of K and V that this workgroup reads. With KEY_ORDER = 1 the
 // workgroup starts at tile `rotation` of its `tiles` and wraps around, so that the workgroups
 // of a slice, which run at the same time, start at different tiles instead of all reading
-// tile 0, 1, 2, ... together (the chapter's "Reading the keys in a different order"). Online
+// tile 0, 1, 2, ... together (chapter 10's "The order of the work"). Online
 // softmax takes the tiles in any order; only the rounding of the sums changes.
 fn kv_tile(u: u32, tiles: u32, rotation: u32) -> u32 {
     return ((u + rotation) % max(tiles, 1u)) * BLOCK_KV;

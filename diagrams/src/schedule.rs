@@ -146,7 +146,8 @@ pub fn grid_schedule() -> Result<String, String> {
         390.0,
         46.0,
         &format!(
-            "Version 10 at D = {HEAD_DIM}, tiles of {block_q} query rows and {block_kv} keys; one slice of N = {n}: {QUERY_TILES} query tiles, {} key tiles",
+            "Version 10's WGSL at D = {HEAD_DIM} with its {block_q}-row, {block_kv}-key shape (its fastest takes {} rows); one slice of N = {n}: {QUERY_TILES} query tiles, {} key tiles",
+            V10::preferred(HEAD_DIM)[0].block_q(),
             n / block_kv
         ),
         Text::CENTRED,

@@ -5,7 +5,7 @@
 // Version 9 gives each subgroup 16 rows: it reads every fragment of the tile of K (for
 // S = Q K^T) and of V (for O += P V) and uses each for one 16-row product. At D = 128 those
 // fragments are 32 of the 48 bytes of workgroup memory that a score costs, and workgroup
-// memory is what chapter 10's time model says bounds the design. Two row tiles per
+// memory traffic is most of a score's time in chapter 10's time model. Two row tiles per
 // subgroup would reuse each fragment twice, but their O alone takes 128 registers at D = 128.
 // Here the two subgroups of a pair share the pair's 32 rows and split the work of both
 // products instead:

@@ -5,8 +5,8 @@
 // every key of a tile, so each number a thread loads from workgroup memory feeds one
 // multiply-add. Here each thread computes a 4 x 4 block of the score tile (4 query rows x 4
 // keys, ROWS_PER_THREAD x KEYS_PER_THREAD): per chunk of the head dimension it loads 4 rows of
-// Q and 4 of K (8 vec4) and does 16 vec4 dot products (64 multiply-adds), 8 per load instead
-// of 1. A GPU's arithmetic is far faster than its workgroup memory, so that ratio sets the
+// Q and 4 of K (8 vec4, 32 numbers) and does 16 vec4 dot products (64 multiply-adds): two
+// multiply-adds per number loaded instead of one. A GPU's arithmetic is far faster than its workgroup memory, so that ratio sets the
 // speed. Besides:
 //   - exp2 with log2(e) folded into the scale: scores are kept in log2 units, so every
 //     exponential is one exp2 (the GPU's native instruction) and no extra multiply;

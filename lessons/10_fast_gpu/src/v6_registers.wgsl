@@ -3,17 +3,17 @@
 //
 // What changes from version 5: nothing in the algorithm; only where the fragments live.
 // The driver's own statistics of the compiled kernels (lab/src/bin/shader_stats.rs) showed
-// versions 4 and 5 with local memory per thread equal, byte for byte, to their arrays of
-// cooperative matrices: at D = 64 with two row tiles, 8 O accumulators x 32 bytes + 8 Q
-// fragments x 16 bytes = 384 bytes. Local memory is backed by device memory: every
+// versions 3 to 5 with local memory per thread, of the order of their arrays of cooperative
+// matrices: version 5 at D = 64 with two row tiles has 384 bytes, exactly its 8 O
+// accumulators x 32 bytes + 8 Q fragments x 16 bytes. Local memory is backed by device memory: every
 // multiply-add into O read and wrote it. A microbenchmark with the same kind of arrays
 // (lab/src/bin/primitives.rs) kept them in registers, at 440 to 600 TFLOP/s.
 //
 // Writing the kernel as one function, with no pointer to those arrays, did not change the
 // statistics (measured). What did: the host unrolls every loop marked `// unroll` before the
 // driver sees the source (`gpu::wgsl::unroll`), so every index into a fragment array is a
-// constant. Local memory drops to 0, the products alone run at 420 TFLOP/s instead of < 80,
-// and the whole kernel 1.7 times as fast as version 5 (the book's lab notes).
+// constant. Local memory drops to 0, and the kernel runs 1.7 times as fast as version 5 (the
+// book's lab notes).
 //
 // The loop runs once more than there are tiles, so that the last tile's O += P V is the same
 // code as every other's:

@@ -25,7 +25,7 @@
 //
 // Roles: thread t (counted from its subgroup and its lane, so that the 8 threads of a row are
 // lanes of one subgroup) belongs to key group t % 8 and row group t / 8, as in version 1.
-// A device whose subgroups do not tile the workgroup exactly (none the course has met) gets
+// A device whose subgroups do not tile the workgroup exactly gets
 // NaN in every output rather than a silently wrong answer.
 // ANCHOR_END: header
 

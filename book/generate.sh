@@ -149,6 +149,9 @@ show window_band "cargo run -p reference --example window_band" cargo run -p ref
 show io_model "cargo run --release -p lesson04 --example io_model" cargo run -p lesson04 --example io_model
 # The WGSL primer's kernel on whatever adapter there is (lavapipe in CI): exact answers.
 show wgsl_primer "cargo run -p lesson08 --example primer" cargo run -p lesson08 --example primer
+# Lesson 08's naive kernels refusing chapter 8's problem: the fields of the error that do not
+# depend on the adapter (the limit itself does: lavapipe's is smaller than an H200's).
+show lesson08_too_large "cargo run -p lesson08 --example too_large" cargo run -p lesson08 --example too_large
 # The decode kernels' time per step split into a fixed part and a read rate, from the GPU
 # benchmark's committed tables (book/src/figures/decode_gpu_b*.csv, measured on an H200).
 show lesson11_decode_fit "cargo run -p lesson11 --example decode_fit" cargo run -p lesson11 --example decode_fit

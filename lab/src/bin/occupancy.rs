@@ -5,6 +5,8 @@
 //!
 //! A kernel that needs two workgroups on a multiprocessor to overlap one's products with the
 //! other's softmax gets them only if the driver leaves room for both: this says when it does.
+//! It runs on any adapter, lavapipe included, but its counts describe a GPU's multiprocessors
+//! only on a GPU (the book's are an H100's).
 //!
 //! ```text
 //! cargo run --release -p lab --bin occupancy

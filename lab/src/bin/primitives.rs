@@ -7,6 +7,9 @@
 //! These rates bound what any kernel built from the primitives can reach: a FlashAttention
 //! step loads every K and V fragment from workgroup memory and feeds it to one or two products.
 //!
+//! It needs an adapter with cooperative matrices (16x16x16 f16 tiles, f32 accumulators), such
+//! as an NVIDIA GPU with tensor cores; on any other (lavapipe) it says so and measures nothing.
+//!
 //! ```text
 //! cargo run --release -p lab --bin primitives
 //! ```

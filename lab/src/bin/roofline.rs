@@ -16,7 +16,9 @@
 //! of the f16 versions is the cooperative-matrix peak measured from WGSL, not the data sheet's;
 //! version 11's a third of it (three f16 products for each product of f32s).
 //! The tiles (`Br`) are the ones each version picks on the device this runs on: run it on the
-//! GPU the CSV was measured on.
+//! GPU the CSV was measured on. The tensor-core versions build only on an adapter with
+//! cooperative matrices, such as an NVIDIA GPU with tensor cores (elsewhere each says what the
+//! adapter lacks and is left out).
 //!
 //! ```text
 //! cargo run --release -p lab --bin roofline             # D = 64 and 128, N = 16384

@@ -11,7 +11,9 @@
 //! was read off blobs of driver 580.159.04 (2026-11-25): another driver may lay it out
 //! differently, which this example reports rather than guesses.
 //!
-//! It needs no GPU: the cache files can be brought back from the machine that made them.
+//! It needs NVIDIA's driver and `nvdisasm`, though no GPU where it runs: the cache files come
+//! from `shader_stats --out` on an NVIDIA GPU (no other driver keeps this code in its cache),
+//! and can be brought back from the machine that made them.
 //!
 //! ```text
 //! cargo run --release -p lab --bin shader_stats -- --only v8 --out stats   # on the GPU

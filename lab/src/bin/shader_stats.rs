@@ -5,8 +5,10 @@
 //! wgpu gives no access to those statistics, so this example translates each kernel's WGSL
 //! to SPIR-V with naga (wgpu's own translator, with the options wgpu uses for that kernel)
 //! and creates the compute pipeline a second time through raw Vulkan (`ash`, the Vulkan
-//! bindings inside wgpu), asking the driver to keep its statistics. A driver that lacks the
-//! extension (Mesa 22's lavapipe) is reported as such.
+//! bindings inside wgpu), asking the driver to keep its statistics. So it needs a GPU whose
+//! driver reports them, such as NVIDIA's (the register counts the book quotes are its); a
+//! driver that lacks the extension (Mesa 22's lavapipe) is reported as such, and nothing is
+//! measured. It opens the first Vulkan device, whatever `FLASH_ADAPTER` says.
 //!
 //! ```text
 //! cargo run --release -p lab --bin shader_stats                  # D = 64, 128, 256

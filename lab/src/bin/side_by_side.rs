@@ -5,6 +5,10 @@
 //! output's first and last rows again at every size (`bench::Sweep`). Times are GPU time from
 //! timestamp queries, the median of several launches alternating two input sets.
 //!
+//! The tensor-core versions run only on an adapter with cooperative matrices, such as an
+//! NVIDIA GPU with tensor cores (elsewhere each is listed as not run), and the PyTorch peer
+//! only where torch finds CUDA; versions 1 and 7 run on any adapter, lavapipe included.
+//!
 //! ```text
 //! PYTHON=python3 cargo run --release -p lab --bin side_by_side            # B=4 H=16
 //! cargo run --release -p lab --bin side_by_side -- --quick                 # lavapipe

@@ -9,6 +9,10 @@
 //!    (`LeaveOut`): the time each part costs is the difference from the whole. Those outputs
 //!    are wrong and not validated; they are measurements, never kernels.
 //!
+//! The tensor-core versions (all but 1 and 7, the f32 ones, which run on any adapter) need an
+//! adapter with cooperative matrices, such as an NVIDIA GPU with tensor cores (elsewhere each
+//! says what the adapter lacks); `--peer` needs PyTorch with CUDA.
+//!
 //! ```text
 //! cargo run --release -p lab --bin tune                        # D = 64 and 128
 //! cargo run --release -p lab --bin tune -- --head-dims 64 --seqs 4096

@@ -264,6 +264,7 @@ gpu_outputs=(
     lesson11_decode_benchmark
     lesson11_decode_benchmark_h100
     lesson11_decode_cpu
+    lesson11_decode_stats_h200
     lesson11_decode_tune
     lesson12_consistency_h200
     lesson12_forward_time

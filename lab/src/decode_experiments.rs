@@ -1,8 +1,8 @@
-//! Lesson 11's experiments on its decoding kernel: restructurings that each gave the oracle's
-//! answer and measured slower than the lesson's kernel, so were not kept. Each is kept as its
-//! patch of `decode.wgsl` (`lab/decode_experiments/NAME.patch`, made against the kernel with
-//! its anchor lines left out), whose header says what it changes, what it measured and the
-//! commands that measure it again; with the layout it was measured at.
+//! Lesson 11's experiments on its decoding kernel: restructurings that each give the oracle's
+//! answer, for a learner to apply and time against the lesson's kernel. Each is its patch of
+//! `decode.wgsl` (`lab/decode_experiments/NAME.patch`, made against the kernel with its anchor
+//! lines left out), whose header says what it changes, the workgroup memory it takes and the
+//! commands that time it; with the layout to time it at.
 
 use lesson11::gpu_decode::{KernelShape, SHADER};
 
@@ -12,7 +12,7 @@ use crate::patch;
 pub struct Experiment {
     /// The patch's file name without `.patch`.
     pub name: &'static str,
-    /// The layout of the split kernel it was measured at.
+    /// The layout of the split kernel to time it at.
     pub layout: KernelShape,
     patch: &'static str,
 }

@@ -15,9 +15,9 @@
 //! ```
 //!
 //! `--shader` tunes (or dissects) an edited copy of `decode.wgsl` instead of the lesson's: a
-//! way to try a change to the kernel (the lab keeps six that measured slower:
-//! `cargo run -p lab --bin decode_experiment` writes one).
-//! `--tune` still checks its answers against the oracle. `--layout
+//! way to try a change to the kernel (the lab keeps six restructurings to try:
+//! `cargo run -p lab --bin decode_experiment` writes one). `--tune` checks each layout's
+//! answer against the oracle once per cache length, at its first number of splits. `--layout
 //! threads,key_steps,pv_steps,scores` tunes that layout alone. `--write-shader` writes the
 //! kernels with the layout's constants set and loops unrolled, as the driver gets them, for
 //! lesson 10's `shader_stats --wgsl` to report their registers.
@@ -32,7 +32,7 @@
 //! bandwidth is the cache's bytes over the time of one step (the partial results, written and
 //! read back, add 12% to the bytes at 1K tokens and batch 1, under 1% from 64K tokens). The
 //! peer's times include the host's launch time wherever the GPU runs out of work between calls
-//! (short caches): its flat 50-100 us there is that, not bandwidth. Writes
+//! (short caches): its flat times there are that, not bandwidth. Writes
 //! `decode_gpu_b<B>.csv` and `decode_gpu.svg`, `decode_bandwidth.svg` to `--out` (default
 //! `book/src/figures`).
 
@@ -350,8 +350,10 @@ const UNPACKING: [(&str, &str); 2] = [
     ),
 ];
 
-/// Most of the arithmetic taken out, the loads kept: each key's dot products reduced to one
-/// addition per query head, each weighted value to one multiply-add of 8.
+/// Most of the arithmetic taken out, the loads kept: the two dot products of each pack of a
+/// key (8 multiply-adds per query head) become two additions, 32 per key and query head
+/// instead of 128 multiply-adds; each pack of a weighted value takes one multiply-add and one
+/// addition per query head instead of 8 multiply-adds.
 const ARITHMETIC: [(&str, &str); 3] = [
     (
         "dots[u * MAX_ROWS + r] += dot(q_rows[at], lo) + dot(q_rows[at + 1u], hi);",
@@ -523,9 +525,9 @@ fn validate(
     p.check_against(&out, Tolerance::F32, expected).map_err(|e| {
         format!("{:?} with {} splits is wrong, not timing it: {e}", p.spec, call.splits())
     })?;
-    // One timing thrown away. The GPU idled while the host computed the oracle's answer, and
-    // on an H200 the first timing after that was now and then several times too slow (145
-    // against 32 us), although `time` warms up first.
+    // One timing thrown away, although `time` warms up first: the GPU idled while the host
+    // computed the oracle's answer, and no kept timing should start on a GPU coming back
+    // from idle.
     time(|n| call.run(&gpu.device, &gpu.queue, Some(timer), n)).map_err(|e| e.to_string())?;
     Ok(())
 }

@@ -71,6 +71,10 @@ fn claims() -> Vec<Claim> {
     let v10_causal = at(SIDE_BY_SIDE_H200_D128, "D=128, causal", "v10 pairs, times faster than");
     let v11_d128 =
         at(SIDE_BY_SIDE_H200_D128, "D=128, not causal", "v11 split f32, times faster than");
+    // Chapter 11's run: one decoding step at batch 1 on an H200.
+    let decoding = "11_decoding.md";
+    let decode = at("lesson11_decode_benchmark", "B = 1", "B = 1");
+    let graph = "cudnn_fp16_graph us";
     let n = "16384";
     let (flash, cudnn, efficient) =
         ("vs PyTorch flash_fp16", "vs PyTorch cudnn_fp16", "vs PyTorch efficient_fp32");
@@ -143,6 +147,29 @@ fn claims() -> Vec<Claim> {
         claim(notes, "0.53 and 0.52 with the causal mask", "0.52", one(v10_causal(n, flash))),
         claim(notes, "Version 11 is 1.33 to 1.35 times", "1.33", one(v11_d128("4096", efficient))),
         claim(notes, "Version 11 is 1.33 to 1.35 times", "1.35", one(v11_d128(n, efficient))),
+        claim(decoding, "against our 31.7", "31.7", one(decode("16384", "ours us"))),
+        claim(decoding, "23.2 µs at 16K tokens", "23.2", one(decode("16384", graph))),
+        claim(decoding, "124 µs at 128K against our 159", "124", one(decode("131072", graph))),
+        claim(decoding, "124 µs at 128K against our 159", "159", one(decode("131072", "ours us"))),
+        claim(
+            decoding,
+            "1.28 to 1.37 times our speed at batch 1",
+            "1.37",
+            ratio(decode("16384", "ours us"), decode("16384", graph)),
+        ),
+        claim(
+            decoding,
+            "1.28 to 1.37 times our speed at batch 1",
+            "1.28",
+            ratio(decode("131072", "ours us"), decode("131072", graph)),
+        ),
+        claim(decoding, "66 to 85% of the 3.97 TB/s", "85", one(decode("131072", "% of copy"))),
+        claim(
+            decoding,
+            "At 64 MiB (16K tokens at batch 1, 2K at batch 8) it reaches 53%",
+            "53",
+            one(decode("16384", "% of copy")),
+        ),
         claim(
             "when_to_use.md",
             "FlashAttention-2 in fp16 at 213",

@@ -62,7 +62,10 @@ impl fmt::Display for NonUniformBarrier {
 /// Parses `source` and checks every barrier of every entry point. `Err` holds the WGSL parse
 /// error (as naga renders it) or the list of barriers in non-uniform control flow.
 pub fn check_barriers(source: &str) -> Result<(), String> {
-    let module = naga::front::wgsl::parse_str(source).map_err(|e| e.emit_to_string(source))?;
+    // Worded as the kernels' own compile errors are (`GpuError::Shader`), so that a report can
+    // tell a shader that does not compile from a barrier in the wrong place.
+    let module = naga::front::wgsl::parse_str(source)
+        .map_err(|e| format!("the shader does not parse: {}", e.emit_to_string(source)))?;
     let found = barriers_in_non_uniform_control_flow(&module, source);
     if found.is_empty() {
         Ok(())
@@ -580,5 +583,12 @@ fn main(@builtin(local_invocation_index) thread: u32) {{
     fn a_parse_error_is_reported_as_naga_renders_it() {
         let err = check("let x: f32 = ;").unwrap_err();
         assert!(err.contains("error"), "{err}");
+    }
+
+    #[test]
+    fn a_shader_that_does_not_parse_is_said_so_as_the_kernels_say_it() {
+        let err =
+            check_barriers("@compute @workgroup_size(1) fn main() { let x == 1u; }").unwrap_err();
+        assert!(err.starts_with("the shader does not parse: "), "{err}");
     }
 }

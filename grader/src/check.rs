@@ -15,7 +15,37 @@ pub struct Check {
     pub name: &'static str,
     /// What usually causes this check to fail.
     pub hint: &'static str,
+    /// Which part of the exercise it grades.
+    pub part: Part,
     body: Box<dyn Fn() -> Result<(), String>>,
+}
+
+/// The two parts of every exercise: the warm-up rebuilds the lesson's stage, the main task
+/// adds what no chapter shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// The lesson's stage, written again.
+    WarmUp,
+    /// The task beyond the chapter.
+    MainTask,
+}
+
+impl Part {
+    /// Both parts, in the order an exercise takes them.
+    pub const ALL: [Part; 2] = [Part::WarmUp, Part::MainTask];
+
+    /// `warm-up` or `main task`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Part::WarmUp => "warm-up",
+            Part::MainTask => "main task",
+        }
+    }
+}
+
+/// `checks`, marked as the main task's.
+pub fn main_task(checks: Vec<Check>) -> Vec<Check> {
+    checks.into_iter().map(|check| Check { part: Part::MainTask, ..check }).collect()
 }
 
 impl Check {
@@ -25,7 +55,7 @@ impl Check {
         hint: &'static str,
         body: impl Fn() -> Result<(), String> + 'static,
     ) -> Self {
-        Self { name, hint, body: Box::new(body) }
+        Self { name, hint, part: Part::WarmUp, body: Box::new(body) }
     }
 
     /// Runs the check, turning panics in the code under test into outcomes.

@@ -11,7 +11,7 @@ use proptest::prelude::*;
 use reference::{AttentionError, AttentionOptions, AttentionOutput, Feature, Features, Tolerance};
 use testkit::strategies::{Case, cases};
 
-use crate::check::{Check, for_all};
+use crate::check::{Check, for_all, main_task};
 use crate::features::{FeatureForward, against_oracle, slopes, softcap};
 use crate::forward::{CASES, Contract, LIMITS, forward_checks};
 
@@ -62,9 +62,9 @@ pub fn checks(solution: impl Exercise01 + 'static) -> Vec<Check> {
             s.attention(q, k, v, o)
         })));
     let s = solution;
-    checks.extend(feature_checks(Rc::new(move |q: &_, k: &_, v: &_, o: &_, f: &_| {
+    checks.extend(main_task(feature_checks(Rc::new(move |q: &_, k: &_, v: &_, o: &_, f: &_| {
         s.attention_with_features(q, k, v, o, f)
-    })));
+    }))));
     checks
 }
 

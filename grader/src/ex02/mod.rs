@@ -17,7 +17,7 @@ use reference::{
 };
 use testkit::strategies::{Case, cases};
 
-use crate::check::{Check, for_all};
+use crate::check::{Check, for_all, main_task};
 use crate::forward::{CASES, Contract, LIMITS, forward_checks};
 
 /// A softmax state `(m, l)`: the running maximum and the sum of `e^(x - m)`.
@@ -234,7 +234,7 @@ pub fn checks(solution: impl Exercise02 + 'static) -> Vec<Check> {
     checks.extend(forward_checks(Contract::untiled(Rc::new(move |q: &_, k: &_, v: &_, o: &_| {
         x.attention(q, k, v, o)
     }))));
-    checks.extend(split_checks(s));
+    checks.extend(main_task(split_checks(s)));
     checks
 }
 

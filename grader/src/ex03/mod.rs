@@ -17,7 +17,7 @@ use reference::{
 use testkit::checks::check_against_oracle;
 use testkit::strategies::{Case, cases, tile_size};
 
-use crate::check::{Check, for_all};
+use crate::check::{Check, for_all, main_task};
 use crate::forward::{CASES, Contract, LIMITS, forward_checks};
 use crate::memory::{HEAD_DIM, TILE, check_working_memory, working_bytes};
 
@@ -127,6 +127,9 @@ pub fn checks(solution: impl Exercise03 + 'static) -> Vec<Check> {
          or panicking.",
         move || {
             let q = Array4::<f32>::zeros((1, 1, 4, 2));
+            // A valid call first: an untouched stub reaches todo!() there, so that this check
+            // grades nothing before the forward is written (the stub validates its tiles).
+            let _ = x.attention(&q, &q, &q, &AttentionOptions::new(), 2, 2);
             for (br, bc) in [(0, 4), (4, 0)] {
                 match x.attention(&q, &q, &q, &AttentionOptions::new(), br, bc) {
                     Err(AttentionError::InvalidTileSize { value: 0, .. }) => {}
@@ -172,7 +175,7 @@ pub fn checks(solution: impl Exercise03 + 'static) -> Vec<Check> {
             })
         },
     ));
-    checks.extend(window_checks(s));
+    checks.extend(main_task(window_checks(s)));
     checks
 }
 
@@ -334,9 +337,22 @@ fn check_window_tiles(
     if computed == needed {
         Ok(())
     } else if computed == 0 && needed > 0 {
-        Err("computed no tile through tile_scores: compute every tile's scores with it (on the \
-             thread that called attention_window), so the grader can see which tiles you compute"
-            .to_string())
+        // Either every tile was skipped, or the scores do not go through tile_scores: the same
+        // call without a window tells which.
+        let before = x.tiles_computed();
+        let full = x.attention_window(&p.q, &p.k, &p.v, &p.options, Window::FULL, br, bc);
+        if full.is_ok() && x.tiles_computed() > before {
+            Err(format!(
+                "{window:?}, tiles Br = {br}, Bc = {bc}: skipped every key tile, though {needed} \
+                 of the {all} (query tile, key tile) pairs have a key that some row sees (with \
+                 Window::FULL it computes tiles, so the bounds of the tile loop are off)"
+            ))
+        } else {
+            Err("computed no tile through tile_scores, with a window or without: compute every \
+                 tile's scores with it (on the thread that called attention_window), so the \
+                 grader can see which tiles you compute"
+                .to_string())
+        }
     } else {
         Err(format!(
             "{window:?}, tiles Br = {br}, Bc = {bc}: computed {computed} tiles of scores; \

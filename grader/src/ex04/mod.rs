@@ -13,7 +13,7 @@ use ndarray::Array4;
 use proptest::prelude::*;
 use reference::{AttentionError, AttentionOptions, AttentionShape, Problem, ProblemSpec, Window};
 
-use crate::check::{Check, for_all};
+use crate::check::{Check, for_all, main_task};
 use crate::forward::{Contract, forward_checks};
 
 // The names of this exercise's checks (the planted-bug mutants name the check meant to catch
@@ -197,7 +197,7 @@ pub fn checks(solution: impl Exercise04 + 'static) -> Vec<Check> {
             }
         },
     ));
-    checks.extend(window_checks(s));
+    checks.extend(main_task(window_checks(s)));
     checks
 }
 

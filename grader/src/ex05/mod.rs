@@ -15,7 +15,7 @@ use reference::{
 use testkit::checks::{check_backward_against_oracle, oracle_forward_in_f32};
 use testkit::strategies::{Case, cases, tile_size};
 
-use crate::check::{Check, for_all};
+use crate::check::{Check, for_all, main_task};
 use crate::forward::{CASES, LIMITS};
 use crate::memory::{HEAD_DIM, TILE, check_working_memory, working_bytes};
 
@@ -265,7 +265,7 @@ pub fn checks(solution: impl Exercise05 + 'static) -> Vec<Check> {
             Ok(())
         },
     ));
-    checks.extend(feature_checks(s));
+    checks.extend(main_task(feature_checks(s)));
     checks
 }
 
@@ -287,7 +287,8 @@ fn feature_checks(s: Rc<impl Exercise05 + 'static>) -> Vec<Check> {
     let x = s.clone();
     let dropout = Check::new(
         DROPOUT_GRADIENTS,
-        "Regenerate the forward's mask: Z_ij = features.dropout.keeps(b, h, i, j), with the \
+        "Regenerate the forward's mask, applied to the weights P after the softcap (never to \
+         the scores): Z_ij = features.dropout.keeps(b, h, i, j), with the \
          batch, head, row and key of the WHOLE problem (not of the tile). A kept weight counts \
          1 / (1 - p) times, a dropped one 0, in dV = (P o Z / (1 - p))^T dO and in \
          dP = (dO V^T) o Z / (1 - p). D_i = dO_i . O_i already holds the dropout.",
@@ -301,8 +302,10 @@ fn feature_checks(s: Rc<impl Exercise05 + 'static>) -> Vec<Check> {
     let x = s.clone();
     let both = Check::new(
         BOTH_GRADIENTS,
-        "Each feature's factor goes where it belongs: the softcap's slope into dS, dropout's \
-         Z / (1 - p) into dV and dP; tiles of any size must see the same mask.",
+        "The order is the forward's: scores, then the cap, then P = e^(capped - L), then the \
+         dropout mask on P (after the cap, never on the scores). Backward, each factor goes \
+         where it belongs: the softcap's slope into dS, dropout's Z / (1 - p) into dV and dP; \
+         tiles of any size must see the same mask.",
         move || {
             let features = (crate::features::softcap(), dropout_p(), any::<u64>());
             let tiles = (tile_size(LIMITS.seq), tile_size(LIMITS.seq));

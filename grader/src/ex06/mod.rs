@@ -18,7 +18,7 @@ use reference::{
 use testkit::checks::{check_rejects_bad_inputs, check_rejects_non_finite_inputs};
 use testkit::strategies::{Case, cases};
 
-use crate::check::{Check, for_all};
+use crate::check::{Check, for_all, main_task};
 use crate::forward::{CASES, LIMITS};
 
 // The names of this exercise's checks (the planted-bug mutants name the check meant to catch
@@ -256,7 +256,7 @@ pub fn checks(solution: impl Exercise06 + 'static) -> Vec<Check> {
             }
         },
     ));
-    checks.extend(fp8_checks(s));
+    checks.extend(main_task(fp8_checks(s)));
     checks
 }
 

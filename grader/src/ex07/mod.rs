@@ -14,7 +14,7 @@ use reference::{AttentionError, AttentionOptions, AttentionOutput, Tolerance};
 use testkit::checks::{check_against_oracle, run};
 use testkit::strategies::{Case, ShapeLimits, cases, tile_size};
 
-use crate::check::{Check, for_all};
+use crate::check::{Check, for_all, main_task};
 use crate::forward::{CASES, Contract, LIMITS, forward_checks};
 
 // The names of this exercise's checks (the planted-bug mutants name the check meant to catch
@@ -173,7 +173,7 @@ pub fn checks(solution: impl Exercise07 + Send + Sync + 'static) -> Vec<Check> {
             })
         },
     ));
-    checks.extend(split_checks(s));
+    checks.extend(main_task(split_checks(s)));
     checks
 }
 

@@ -13,7 +13,7 @@ impl Exercise09 for Learner {
     }
 
     fn window_source(&self) -> String {
-        ex09::window_shader().to_string()
+        ex09::window_shader()
     }
 }
 

@@ -15,7 +15,7 @@ use reference::{
 use testkit::checks::check_against_oracle;
 use testkit::strategies::{Case, cases};
 
-use crate::check::{Check, for_all};
+use crate::check::{Check, for_all, main_task};
 use crate::forward::{Contract, LIMITS, forward_checks};
 
 /// Random cases per GPU check: every new head dim or tile size compiles a pipeline (a fraction
@@ -195,7 +195,7 @@ pub fn checks(solution: impl Exercise09 + 'static) -> Vec<Check> {
             for_all(GPU_CASES, (cases(LIMITS), tile_sizes()), |(case, (br, bc))| run(&case, br, bc))
         },
     ));
-    checks.extend(window::checks(s));
+    checks.extend(main_task(window::checks(s)));
     checks
 }
 

@@ -305,4 +305,51 @@ mod tests {
             assert_eq!(uniform, bug.caught_by != WINDOW_BARRIERS, "{}", bug.name);
         }
     }
+
+    /// A learner writes the windowed kernel as a file of its own that the exercise compiles
+    /// with the warm-up's kernel appended (`lesson09::window::with_warm_up`): the reference
+    /// solution's window declarations and entry point, so written, give the oracle's answer.
+    #[test]
+    fn a_window_file_composed_with_the_warm_up_is_the_windowed_kernel() {
+        let Some(gpu) = gpu::for_tests() else { return };
+        let solution = solution();
+        // The entry point alone, from `@compute` to the brace that closes its body.
+        let start = solution.find("@compute").expect("the solution has an entry point");
+        let mut depth = 0;
+        let end = start
+            + solution[start..]
+                .char_indices()
+                .find(|&(_, c)| {
+                    depth += match c {
+                        '{' => 1,
+                        '}' => -1,
+                        _ => 0,
+                    };
+                    c == '}' && depth == 0
+                })
+                .expect("the entry point's body closes")
+                .0;
+        let window_file = format!("{WINDOW_DECLARATIONS}\n{}\n", &solution[start..=end]);
+        let source = lesson09::window::with_warm_up(&window_file, lesson09::SHADER);
+        let spec = ProblemSpec::new(1, 2, 37, 45, 16).causal(true);
+        let problem = Problem::random(&spec, 7);
+        let window = Window::new(Some(5), Some(2));
+        let tiles = lesson09::TileSizes::new(8, 8).expect("valid tiles");
+        let (out, _) = lesson09::window::attention_with_window_shader(
+            &gpu.device,
+            &gpu.queue,
+            &source,
+            &problem.q,
+            &problem.k,
+            &problem.v,
+            &problem.options,
+            window,
+            tiles,
+        )
+        .expect("the composed shader compiles and runs");
+        let features = Features::default().window(window.left, window.right);
+        let (q, k, v) = (&problem.q, &problem.k, &problem.v);
+        let expected = reference::features::expected(q, k, v, &problem.options, &features).unwrap();
+        check_output(&out, &expected, Tolerance::F32).unwrap();
+    }
 }

@@ -24,6 +24,9 @@ use crate::wgsl_mutants::WgslBug;
 /// Check name.
 pub const SOFTCAP: &str = "softcap: random problems, caps and tile shapes, large logits included";
 /// Check name.
+pub const TANH_FROM_EXPONENTIALS: &str =
+    "softcap past exp's range, with tanh computed from exponentials as some drivers do";
+/// Check name.
 pub const ALIBI: &str = "ALiBi: a slope per head, Nq != Nkv, causal or not";
 /// Check name.
 pub const BOTH: &str = "softcap and ALiBi together, head dims 64 and 128, tail tiles";
@@ -103,7 +106,7 @@ pub fn solution() -> String {
 }
 
 /// Classic mistakes with a softcap and ALiBi in a base-2 kernel, against [`solution`].
-pub const FEATURE_BUGS: [WgslBug; 7] = [
+pub const FEATURE_BUGS: [WgslBug; 8] = [
     WgslBug {
         name: "softcap applied to the score in log2 units, c tanh(s log2(e) / c)",
         find: "x = features.softcap * tanh(clamp(x / features.softcap, -15.0, 15.0));",
@@ -141,6 +144,12 @@ pub const FEATURE_BUGS: [WgslBug; 7] = [
         caught_by: ALIBI,
     },
     WgslBug {
+        name: "tanh's argument not clamped (exponentials overflow on some drivers)",
+        find: "tanh(clamp(x / features.softcap, -15.0, 15.0))",
+        replace: "tanh(x / features.softcap)",
+        caught_by: TANH_FROM_EXPONENTIALS,
+    },
+    WgslBug {
         name: "ALiBi bias added before the softcap, which then caps it too",
         find: "    var x = s;\n    if features.softcap > 0.0 {\n        \
                // tanh(15) is 1 in f32; a driver may compute tanh from exponentials, which overflow\n        \
@@ -175,6 +184,20 @@ pub fn checks<X: Exercise10 + ?Sized + 'static>(x: Rc<X>) -> Vec<Check> {
             for_all(GPU_CASES, (cases(LIMITS), tile_shapes(), cap), |(case, wanted, cap)| {
                 let features = Features { softcap: Some(cap), ..Features::default() };
                 check_features(&*s, &case, wanted, &features, with_softcap(cap))
+            })
+        },
+    ));
+    let s = x.clone();
+    checks.push(Check::new(
+        TANH_FROM_EXPONENTIALS,
+        "Some drivers compute tanh as (e^(2x) - 1) / (e^(2x) + 1), which is inf / inf = NaN once \
+         e^(2x) overflows (x > 44): clamp tanh's argument to [-15, 15] first (tanh(15) is 1 in \
+         f32), as the README's hint 2 says.",
+        move || {
+            let source = with_tanh_from_exponentials(&s.features_source());
+            let cap = prop_oneof![Just(1.0f32), Just(5.0)];
+            for_all(GPU_CASES, (cases(LIMITS), tile_shapes(), cap), |(case, wanted, cap)| {
+                check_large_logits(&source, &case, wanted, cap)
             })
         },
     ));
@@ -241,6 +264,45 @@ fn check_features<X: Exercise10 + ?Sized>(
     let expected = reference::features::expected(&p.q, &p.k, &p.v, &p.options, features)
         .map_err(|e| e.to_string())?;
     check_output(&out, &expected, tolerance).map(|_| ()).map_err(|e| format!("{what}: {e}"))
+}
+
+/// `source` with every call of WGSL's `tanh` computed from exponentials, as some drivers
+/// compute it: `(e^(2x) - 1) / (e^(2x) + 1)`, NaN once `e^(2x)` overflows f32 (x > 44).
+/// Lavapipe's own `tanh` is stable, so this is how a check run there sees what such a driver
+/// would do to an argument left unclamped.
+pub fn with_tanh_from_exponentials(source: &str) -> String {
+    let renamed = source.replace("tanh(", "tanh_from_exponentials(");
+    format!(
+        "{renamed}\n// tanh as some drivers compute it (the grader's stand-in for them).\n\
+         fn tanh_from_exponentials(x: f32) -> f32 {{\n    let e = exp(2.0 * x);\n    \
+         return (e - 1.0) / (e + 1.0);\n}}\n"
+    )
+}
+
+/// The features kernel `source` with a softcap `cap` on `case` with its queries scaled by 100
+/// (logits of hundreds, `s / cap` far past 44), against the oracle.
+fn check_large_logits(source: &str, case: &Case, wanted: F32Tiles, cap: f32) -> Result<(), String> {
+    let tiles = fitting(wanted, case.spec.head_dim)?;
+    let p = case.problem();
+    let q = &p.q * 100.0;
+    let features = Features { softcap: Some(cap), ..Features::default() };
+    let what = format!("{case:?} with Q x 100, softcap {cap}, {tiles:?}");
+    let gpu = gpu::Gpu::shared().map_err(|e| e.to_string())?;
+    let out = lesson10::features::attention_with_features_shader(
+        &gpu.device,
+        &gpu.queue,
+        source,
+        &q,
+        &p.k,
+        &p.v,
+        &p.options,
+        &features,
+        tiles,
+    )
+    .map_err(|e| format!("{what}: returned an error: {e}"))?;
+    let expected = reference::features::expected(&q, &p.k, &p.v, &p.options, &features)
+        .map_err(|e| e.to_string())?;
+    check_output(&out, &expected, with_softcap(cap)).map(|_| ()).map_err(|e| format!("{what}: {e}"))
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use lesson11::KeyValues;
 use lesson11::problem::{DecodeProblem, DecodeSpec};
 use reference::{AttentionError, AttentionOptions, AttentionOutput, Tolerance};
 
-use crate::check::{Check, for_all};
+use crate::check::{Check, for_all, main_task};
 use crate::forward::CASES;
 use scenarios::{Model, layouts};
 
@@ -159,7 +159,7 @@ pub fn checks(solution: impl Exercise11 + 'static) -> Vec<Check> {
     let s = Rc::new(solution);
     let mut checks = cache_checks(s.clone());
     checks.extend(decode_checks(s.clone()));
-    checks.extend(fork_checks(s));
+    checks.extend(main_task(fork_checks(s)));
     checks
 }
 
@@ -170,7 +170,9 @@ fn cache_checks(s: Rc<impl Exercise11 + 'static>) -> Vec<Check> {
         APPEND_READ,
         "Token j of a sequence lives in block table[j / block_size], slot j % block_size; new \
          tokens start at the sequence's length. A sequence of n tokens holds ceil(n / \
-         block_size) blocks: take a block only when the next token has no slot left.",
+         block_size) blocks: take a block only when the next token has no slot left. If you have \
+         begun the main task: copy on write only when MORE than one table names the last block \
+         (a block the sequence owns alone is written in place).",
         move || {
             for_all(CASES, layouts(1..=3), |layout| {
                 let mut run = Model::new(x.as_ref(), &layout, 0)?;

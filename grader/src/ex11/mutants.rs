@@ -39,6 +39,10 @@ planted_bugs! {
         WriteIntoSharedBlock => ex11::FORK_DIVERGE,
         /// The copy takes a block but copies none of the tokens already in it.
         CopyLosesTokens => ex11::FORK_DIVERGE,
+        /// Copy on write when ONE or more tables name the last block (the owner test `> 0`):
+        /// every append into a partly filled block copies it, forked or not. The warm-up's
+        /// append check is the first to see it, so its hint names the owner test.
+        CopyWhenOwnedAlone => ex11::APPEND_READ,
         /// `fork` shares the blocks without counting the child as an owner.
         ForkWithoutSharedCount => ex11::FORK_RELEASE,
         /// The copy leaves the old block's count as it was: it is never freed.
@@ -78,8 +82,15 @@ impl SharedCache for PlantedCache {
         let c = &self.inner;
         let (n, key_norm) = check_new_tokens(seq, keys, values, c.kv_heads, c.head_dim)?;
         let first = if self.has(PositionOffByOne) { start + 1 } else { start };
-        let mut copy =
-            if self.has(WriteIntoSharedBlock) { None } else { c.shared_last_block(seq, start) };
+        let mut copy = if self.has(WriteIntoSharedBlock) {
+            None
+        } else if self.has(CopyWhenOwnedAlone) {
+            let at = start / c.block_size;
+            let partly_filled = !start.is_multiple_of(c.block_size);
+            (partly_filled && c.owners[c.tables[seq][at]] > 0).then_some(at)
+        } else {
+            c.shared_last_block(seq, start)
+        };
         let blocks = if self.has(TooFewBlocks) {
             (first + n) / c.block_size
         } else {

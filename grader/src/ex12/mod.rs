@@ -16,7 +16,7 @@ use lesson12::{Attention, Config, Gpt2, ModelError, Monitor};
 use reference::problem::SplitMix64;
 use reference::{AttentionOptions, ForwardVersion, Storage};
 
-use crate::check::{Check, for_all};
+use crate::check::{Check, for_all, main_task};
 use crate::forward::CASES;
 
 pub use solution::BatchSession;
@@ -182,7 +182,9 @@ pub fn checks(solution: impl Exercise12 + 'static) -> Vec<Check> {
          leave sequence 0's tokens in its cache.",
         move || bad_batches(x.as_ref()),
     );
-    vec![layer_norm, block, one, ragged, errors]
+    let mut checks = vec![layer_norm, block];
+    checks.extend(main_task(vec![one, ragged, errors]));
+    checks
 }
 
 /// A LayerNorm case: `rows` rows of `channels` values `offset + scale * normal`.

@@ -62,6 +62,22 @@ impl WindowParams {
     }
 }
 
+/// What the warm-up's entry point is renamed to in [`with_warm_up`].
+pub const RENAMED_ENTRY: &str = "flash_forward_without_window";
+
+/// A windowed kernel written as a file of its own (`window_file`: the window uniform, any
+/// helpers, and an entry point `flash_forward`) that uses the declarations of the unwindowed
+/// kernel `warm_up` (its bindings, constants and functions): `window_file` followed by
+/// `warm_up`, whose entry point is renamed [`RENAMED_ENTRY`]. WGSL declarations may come in any
+/// order, so the window's code can call what the warm-up declares, and a compiler's line
+/// numbers in `window_file` are its own.
+pub fn with_warm_up(window_file: &str, warm_up: &str) -> String {
+    let warm_up = warm_up.replace("fn flash_forward(", &format!("fn {RENAMED_ENTRY}("));
+    format!(
+        "{window_file}\n// ---- the warm-up's kernel, its entry point renamed {RENAMED_ENTRY} ----\n{warm_up}"
+    )
+}
+
 /// FlashAttention with the WGSL `source` of a windowed kernel and `window`: the output, and how
 /// many tiles of keys each workgroup loaded, `[B * H, ceil(Nq / Br)]` (with a window, a
 /// workgroup needs only the tiles from its first row's first visible key to its last row's

@@ -199,7 +199,7 @@ fn build(root: &Path, exercise: &str) -> bool {
             Some(Some(krate)) => {
                 compiled += 1;
                 if terminal {
-                    print!("\r\x1b[2K  compiled {compiled} crates, now {krate}");
+                    print!("\r\x1b[2K  compiled {}, now {krate}", crates(compiled));
                     let _ = std::io::Write::flush(&mut std::io::stdout());
                 }
             }
@@ -213,9 +213,14 @@ fn build(root: &Path, exercise: &str) -> bool {
         }
     }
     if terminal && compiled > 0 {
-        println!("\r\x1b[2K  compiled {compiled} crates");
+        println!("\r\x1b[2K  compiled {}", crates(compiled));
     }
     child.wait().is_ok_and(|status| status.success())
+}
+
+/// `1 crate`, `12 crates`.
+fn crates(count: usize) -> String {
+    if count == 1 { "1 crate".to_string() } else { format!("{count} crates") }
 }
 
 /// What a line cargo prints while it builds says of its progress: `Some(Some(crate))` for a
@@ -383,5 +388,23 @@ fn run_self_check_binary(root: &Path, args: &[&str]) -> bool {
             eprintln!("error: could not run cargo: {e}");
             false
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cargo_s_lines_are_told_from_the_compiler_s() {
+        assert_eq!(cargo_progress("   Compiling wgpu-core v27.0.1"), Some(Some("wgpu-core")));
+        assert_eq!(cargo_progress("    Finished `test` profile [optimized]"), Some(None));
+        assert_eq!(
+            cargo_progress("  Executable tests/hidden.rs (target/debug/deps/x)"),
+            Some(None)
+        );
+        assert_eq!(cargo_progress("error[E0308]: mismatched types"), None);
+        assert_eq!(cargo_progress("   --> src/lib.rs:3:5"), None);
+        assert_eq!((crates(1), crates(12)), ("1 crate".to_string(), "12 crates".to_string()));
     }
 }

@@ -74,10 +74,13 @@ impl Progress {
     }
 
     /// As a learner reads it: `done`, `not started` (nothing fails and nothing passes: an
-    /// untouched stub passes no check), or `3 of 13` (and `failing` when a check fails).
+    /// untouched stub passes no check), `3 of 13` (and `failing` when a check fails), or `no
+    /// result` when no check ran (the code does not compile).
     pub fn describe(&self) -> String {
         match self.status {
             Status::Done => "done".to_string(),
+            // No check ran: the exercise does not compile (or its checks crashed).
+            Status::Failing if self.total == 0 => "no result".to_string(),
             Status::NotStarted if self.passed == 0 => "not started".to_string(),
             Status::NotStarted => format!("{} of {}", self.passed, self.total),
             Status::Failing => format!("{} of {}, failing", self.passed, self.total),
@@ -308,6 +311,8 @@ mod tests {
         assert_eq!(Progress::of(&[pass.clone(), todo]).describe(), "1 of 2");
         assert_eq!(Progress::of(&[pass.clone(), failed("x")]).describe(), "1 of 2, failing");
         assert_eq!(Progress::of(&[pass]).describe(), "done");
+        let none = Progress { status: Status::Failing, passed: 0, total: 0 };
+        assert_eq!(none.describe(), "no result");
     }
 
     #[test]

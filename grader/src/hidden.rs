@@ -1,6 +1,7 @@
 //! The `main` of every hidden test binary (`src/exNN/hidden.rs`): run the exercise's checks,
-//! print one line per check (with the smallest failing input and a hint for failures), and end
-//! with a machine-readable line `GRADE exNN <status> <passed>/<total>` for `cargo grade`.
+//! print them part by part (with the smallest failing input and a hint for failures), and end
+//! with a machine-readable line for `cargo grade`, `GRADE exNN <whole> <warm-up> <main task>`,
+//! each `<status>:<passed>/<total>` ([`Grade::line`]).
 
 use std::fmt;
 use std::process::ExitCode;
@@ -78,6 +79,7 @@ impl Progress {
     /// result` when no check ran (the code does not compile).
     pub fn describe(&self) -> String {
         match self.status {
+            Status::Done if self.total == 0 => "no checks".to_string(),
             Status::Done => "done".to_string(),
             // No check ran: the exercise does not compile (or its checks crashed).
             Status::Failing if self.total == 0 => "no result".to_string(),

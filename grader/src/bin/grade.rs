@@ -156,27 +156,13 @@ fn no_result() -> Grade {
     Grade { whole: failing, parts: [failing; 2] }
 }
 
-/// Builds the hidden checks of `exercise`; whether it built. On a terminal it says first what
-/// a first build compiles and how long it takes, then keeps one line up to date with the
-/// crates compiled so far, so that a long first build does not look frozen. The compiler's
-/// messages (errors, warnings) are shown as it prints them, once.
+/// Builds the hidden checks of `exercise`; whether it built. On a terminal, once cargo starts
+/// compiling, it says what a first build compiles and how long it takes, then keeps one line
+/// up to date with the crates compiled so far, so that a long first build does not look
+/// frozen. The compiler's messages (errors, warnings) and cargo's wait for a lock are shown as
+/// they come, once.
 fn build(root: &Path, exercise: &str) -> bool {
     let terminal = std::io::stdout().is_terminal();
-    if terminal {
-        let gpu = course::lessons()
-            .into_iter()
-            .find(|l| l.exercise.as_ref().is_some_and(|e| e.package == exercise))
-            .is_some_and(|l| l.gpu);
-        let gpu = if gpu {
-            format!(", and the first GPU exercise wgpu too, {FIRST_BUILD_GPU}")
-        } else {
-            String::new()
-        };
-        println!(
-            "building {exercise}'s checks (a first build compiles the course's crates, \
-             {FIRST_BUILD_CPU} on 2 cores{gpu}; later builds take seconds)"
-        );
-    }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     let child = Command::new(cargo)
         .args(["test", "--no-run", "--package", exercise, "--test", "hidden"])
@@ -193,20 +179,34 @@ fn build(root: &Path, exercise: &str) -> bool {
         }
     };
     let mut compiled = 0;
-    let stderr = BufReader::new(child.stderr.take().expect("piped stderr"));
-    for line in stderr.lines().map_while(Result::ok) {
+    // Whether the progress line is on screen, unfinished: the next message starts below it.
+    let mut progress_open = false;
+    let mut stderr = BufReader::new(child.stderr.take().expect("piped stderr"));
+    let mut bytes = Vec::new();
+    // Lines read as bytes, so that one that is not UTF-8 neither stops the reading (and
+    // leaves cargo blocked on a full pipe) nor is lost.
+    while stderr.read_until(b'\n', &mut bytes).is_ok_and(|n| n > 0) {
+        let line = String::from_utf8_lossy(&bytes).trim_end().to_string();
+        bytes.clear();
         match cargo_progress(&line) {
-            Some(Some(krate)) => {
-                compiled += 1;
-                if terminal {
-                    print!("\r\x1b[2K  compiled {}, now {krate}", crates(compiled));
-                    let _ = std::io::Write::flush(&mut std::io::stdout());
+            Some(Some(krate)) if terminal => {
+                if compiled == 0 {
+                    println!(
+                        "building {exercise}'s checks: a first build compiles the course's \
+                         crates, {FIRST_BUILD_CPU} on 2 cores, and the first exercise in WGSL \
+                         (08 to 10) wgpu too, {FIRST_BUILD_GPU}; later builds take seconds"
+                    );
                 }
+                compiled += 1;
+                print!("\r\x1b[2K  compiled {}, now {krate}", crates(compiled));
+                let _ = std::io::Write::flush(&mut std::io::stdout());
+                progress_open = true;
             }
-            Some(None) => {}
+            Some(_) => {}
             None => {
-                if terminal && compiled > 0 {
+                if progress_open {
                     println!();
+                    progress_open = false;
                 }
                 eprintln!("{line}");
             }
@@ -225,16 +225,17 @@ fn crates(count: usize) -> String {
 
 /// What a line cargo prints while it builds says of its progress: `Some(Some(crate))` for a
 /// crate it starts compiling, `Some(None)` for another line of its own (finished, the test
-/// binary's path, waiting for a lock), `None` for the compiler's messages.
-fn cargo_progress(line: &str) -> Option<Option<&str>> {
-    let line = line.trim_start();
+/// binary's path), `None` for the compiler's messages and cargo's wait for a lock, which the
+/// learner should see.
+fn cargo_progress(line: &str) -> Option<Option<String>> {
+    let plain = without_colours(line);
+    let line = plain.trim_start();
     if let Some(rest) = line.strip_prefix("Compiling ") {
-        return Some(Some(rest.split_whitespace().next().unwrap_or(rest)));
+        return Some(Some(rest.split_whitespace().next().unwrap_or(rest).to_string()));
     }
     let own = [
         "Finished ",
         "Executable ",
-        "Blocking ",
         "Running ",
         "Fresh ",
         "Downloaded ",
@@ -245,12 +246,34 @@ fn cargo_progress(line: &str) -> Option<Option<&str>> {
     own.iter().any(|word| line.starts_with(word)).then_some(None)
 }
 
+/// `line` without terminal colour codes (`ESC [ ... m`), which cargo writes when
+/// CARGO_TERM_COLOR=always.
+fn without_colours(line: &str) -> String {
+    let mut plain = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            // Skip to the code's final letter.
+            for code in chars.by_ref() {
+                if code.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    plain
+}
+
 /// Builds and runs the hidden checks of `exercise`, showing their report. A compile error is
 /// shown once, as the compiler prints it, and counts as failing.
 fn grade(root: &Path, exercise: &str) -> Grade {
     println!("=== cargo grade {exercise}");
     if !build(root, exercise) {
-        println!("{exercise}: it does not compile (see the compiler's errors above)");
+        println!(
+            "{exercise}: it does not build (see the messages of cargo and the compiler above)"
+        );
         return no_result();
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
@@ -397,13 +420,17 @@ mod tests {
 
     #[test]
     fn cargo_s_lines_are_told_from_the_compiler_s() {
-        assert_eq!(cargo_progress("   Compiling wgpu-core v27.0.1"), Some(Some("wgpu-core")));
+        let compiling = |name: &str| Some(Some(name.to_string()));
+        assert_eq!(cargo_progress("   Compiling wgpu-core v27.0.1"), compiling("wgpu-core"));
         assert_eq!(cargo_progress("    Finished `test` profile [optimized]"), Some(None));
         assert_eq!(
             cargo_progress("  Executable tests/hidden.rs (target/debug/deps/x)"),
             Some(None)
         );
         assert_eq!(cargo_progress("error[E0308]: mismatched types"), None);
+        assert_eq!(cargo_progress("    Blocking waiting for file lock on build directory"), None);
+        let coloured = "\x1b[1m\x1b[92m   Compiling\x1b[0m ndarray v0.16.1";
+        assert_eq!(cargo_progress(coloured), compiling("ndarray"));
         assert_eq!(cargo_progress("   --> src/lib.rs:3:5"), None);
         assert_eq!((crates(1), crates(12)), ("1 crate".to_string(), "12 crates".to_string()));
     }

@@ -92,6 +92,20 @@ fn is_todo(message: &str) -> bool {
     message.contains("not yet implemented")
 }
 
+/// Runs `call` for its `todo!()` alone: a `todo!()` in it goes on to the check that runs it,
+/// which then counts as not started; any other outcome, a panic included, is left to the
+/// checks that judge it. For a check whose own inputs the code may refuse before reaching the
+/// learner's part (a stub that validates first).
+pub fn unless_not_started<T>(call: impl FnOnce() -> T) {
+    if let Err(panic) = panic::catch_unwind(AssertUnwindSafe(call)) {
+        // The panic hook ([`quiet_panics`]) kept its message, as `Check::run` reads it.
+        let message = LAST_PANIC.with(|p| p.borrow().clone()).unwrap_or_default();
+        if is_todo(&message) {
+            panic::resume_unwind(panic);
+        }
+    }
+}
+
 /// The seed every property check of this run draws its cases from: `PROPTEST_RNG_SEED` if it
 /// is set (CI sets it, so its runs are repeatable), otherwise a fresh one per run (so learners
 /// see new cases every time). A failure prints it, so the same cases can be drawn again.

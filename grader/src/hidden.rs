@@ -3,7 +3,6 @@
 //! with a machine-readable line for `cargo grade`, `GRADE exNN <whole> <warm-up> <main task>`,
 //! each `<status>:<passed>/<total>` ([`Grade::line`]).
 
-use std::fmt;
 use std::process::ExitCode;
 
 use crate::check::{Check, Outcome, Part, quiet_panics};
@@ -43,12 +42,6 @@ impl Status {
     /// Parses [`Status::word`].
     pub fn from_word(word: &str) -> Option<Self> {
         [Self::Done, Self::Failing, Self::NotStarted].into_iter().find(|s| s.word() == word)
-    }
-}
-
-impl fmt::Display for Status {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.word().replace('-', " "))
     }
 }
 

@@ -124,11 +124,15 @@ fn in_the_workspace(root: &Path, args: &[&str]) -> ExitCode {
     }
 }
 
+/// A command running the cargo that runs this program (`$CARGO`), or the one on the PATH.
+fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string()))
+}
+
 /// The root of the workspace the current directory is in, found by cargo itself (`cargo
 /// locate-project --workspace`), so a checkout that was copied or moved grades itself.
 fn workspace_root() -> Result<PathBuf, String> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    let output = Command::new(cargo)
+    let output = cargo()
         .args(["locate-project", "--workspace", "--message-format", "plain"])
         .output()
         .map_err(|e| format!("could not run cargo to find the workspace: {e}"))?;
@@ -163,8 +167,7 @@ fn no_result() -> Grade {
 /// they come, once.
 fn build(root: &Path, exercise: &str) -> bool {
     let terminal = std::io::stdout().is_terminal();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    let child = Command::new(cargo)
+    let child = cargo()
         .args(["test", "--no-run", "--package", exercise, "--test", "hidden"])
         .env_remove("CARGO_TERM_QUIET")
         .current_dir(root)
@@ -276,8 +279,7 @@ fn grade(root: &Path, exercise: &str) -> Grade {
         );
         return no_result();
     }
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    let child = Command::new(cargo)
+    let child = cargo()
         .args(["test", "--quiet", "--package", exercise, "--test", "hidden"])
         .current_dir(root)
         .stdout(Stdio::piped())
@@ -401,8 +403,7 @@ fn self_check(root: &Path) -> ExitCode {
 /// Runs the grader's `self-check` binary (built with the GPU exercises) with `args`, its
 /// output shown as it comes; whether it passed.
 fn run_self_check_binary(root: &Path, args: &[&str]) -> bool {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    let mut command = Command::new(cargo);
+    let mut command = cargo();
     command.args(["run", "--quiet", "--package", "grader", "--features", "gpu"]);
     command.args(["--bin", "self-check", "--"]).args(args).current_dir(root);
     match command.status() {
